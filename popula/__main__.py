@@ -1,0 +1,3 @@
+from popula.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Tasks: the three task types, their JSONL records, prompts and answer parsing."""

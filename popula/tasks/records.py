@@ -1,0 +1,175 @@
+"""Task records and verification results: the JSONL contract of DESIGN 3.2.
+
+A task record is what teachers propose, what the buffer stores and what `popula verify`
+reads. Records are validated once, when they enter the program (from a file or from a
+teacher), so the rest of the code can trust their shape.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from popula.errors import PopulaError
+
+TaskType = Literal["code_o", "code_i", "code_f"]
+TASK_TYPES: tuple[str, ...] = get_args(TaskType)
+
+Reason = Literal[
+    "syntax",
+    "no_entry_function",
+    "forbidden",
+    "timeout",
+    "memory",
+    "runtime_error",
+    "nondeterministic",
+    "unrepresentable",
+    "output_too_large",
+]
+REASONS: tuple[str, ...] = get_args(Reason)
+
+
+@dataclass
+class TaskRecord:
+    """One task. `inputs` are argument lists as Python source, so `f(<input>)` runs it.
+
+    code_o and code_i carry one input; code_f carries several (half shown to the
+    student, half hidden to judge it). `outputs` are reprs of `f(<input>)`, filled in
+    by the sandbox. `answer` is an optional student answer to judge: an expression
+    (code_o), an argument list (code_i) or a program defining `f` (code_f).
+    """
+
+    id: str
+    type: TaskType
+    program: str
+    inputs: list[str]
+    outputs: list[str] = field(default_factory=list)
+    message: str = ""
+    answer: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in asdict(self).items() if k != "extra"}
+        if data["answer"] is None:
+            del data["answer"]
+        data.update(self.extra)
+        return data
+
+
+@dataclass
+class VerifyResult:
+    """The verdict on one record, one line of `popula verify` output.
+
+    `valid` says whether the task itself is sound (parses, runs, is deterministic);
+    `correct` judges the record's answer, and is None when it has none or the task is
+    invalid.
+    """
+
+    id: str
+    valid: bool
+    reason: Reason | None = None
+    detail: str = ""
+    outputs: list[str] = field(default_factory=list)
+    correct: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_KNOWN_FIELDS = {"id", "type", "program", "inputs", "outputs", "message", "answer"}
+
+
+def parse_record(obj: Any, where: str) -> TaskRecord:
+    """Validate one decoded JSON object; `where` (e.g. "tasks.jsonl:3") prefixes errors.
+
+    Unknown fields are kept in `extra` (the task buffer adds step, teacher, rho) so
+    records round-trip without loss.
+    """
+    if not isinstance(obj, dict):
+        raise PopulaError(f"{where}: a task record must be a JSON object, got {type(obj).__name__}")
+
+    def need(name: str, kind: type, required: bool = True) -> Any:
+        if name not in obj:
+            if required:
+                raise PopulaError(f"{where}: field '{name}' is missing")
+            return None
+        value = obj[name]
+        if not isinstance(value, kind):
+            raise PopulaError(
+                f"{where}: field '{name}' must be {kind.__name__}, got {type(value).__name__}"
+            )
+        return value
+
+    record_id = obj.get("id")
+    if not isinstance(record_id, (str, int)) or isinstance(record_id, bool):
+        raise PopulaError(f"{where}: field 'id' must be a string (or integer)")
+    task_type = need("type", str)
+    if task_type not in TASK_TYPES:
+        raise PopulaError(
+            f"{where}: field 'type' is {task_type!r}; expected one of {', '.join(TASK_TYPES)}"
+        )
+    program = need("program", str)
+    inputs = need("inputs", list)
+    outputs = need("outputs", list, required=False) or []
+    for name, values in (("inputs", inputs), ("outputs", outputs)):
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                raise PopulaError(
+                    f"{where}: field '{name}[{i}]' must be a string of Python source, "
+                    f"got {type(value).__name__}"
+                )
+    if not inputs:
+        raise PopulaError(f"{where}: field 'inputs' is empty; a task needs at least one input")
+    if task_type in ("code_o", "code_i") and len(inputs) != 1:
+        raise PopulaError(f"{where}: field 'inputs' of a {task_type} task must hold exactly one input")
+    if outputs and len(outputs) != len(inputs):
+        raise PopulaError(
+            f"{where}: field 'outputs' has {len(outputs)} entries for {len(inputs)} inputs"
+        )
+    message = need("message", str, required=False) or ""
+    answer = need("answer", str, required=False)
+    extra = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
+    return TaskRecord(
+        id=str(record_id),
+        type=task_type,
+        program=program,
+        inputs=list(inputs),
+        outputs=list(outputs),
+        message=message,
+        answer=answer,
+        extra=extra,
+    )
+
+
+def read_records(path: str | Path) -> list[TaskRecord]:
+    """Read a JSONL task file; blank lines are skipped, any other fault names its line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PopulaError(f"{path}: no such task file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PopulaError(f"{path}: cannot read task file ({err})") from None
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PopulaError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+        records.append(parse_record(obj, where))
+    return records
+
+
+def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Write rows as JSONL, atomically: a crash never leaves half a file behind."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
