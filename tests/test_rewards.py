@@ -1,0 +1,62 @@
+"""Rewards are the contract between the verifier and the learner: every branch is pinned."""
+
+import math
+
+import pytest
+
+from popula.rewards import (
+    MALFORMED_ANSWER_REWARD,
+    solve_rate,
+    student_reward,
+    teacher_reward,
+)
+
+
+class TestTeacherReward:
+    def test_invalid_task_costs_the_teacher_one(self):
+        assert teacher_reward(valid=False, rho=None) == -1.0
+
+    def test_invalid_task_costs_one_whatever_rho_is_passed(self):
+        assert teacher_reward(valid=False, rho=0.5) == -1.0
+
+    def test_task_no_rollout_solves_earns_nothing(self):
+        assert teacher_reward(valid=True, rho=0.0) == 0.0
+
+    @pytest.mark.parametrize("rho, expected", [(0.25, 0.75), (0.5, 0.5), (0.875, 0.125)])
+    def test_solvable_task_earns_one_minus_solve_rate(self, rho, expected):
+        assert teacher_reward(valid=True, rho=rho) == pytest.approx(expected)
+
+    def test_task_every_rollout_solves_earns_nothing(self):
+        assert teacher_reward(valid=True, rho=1.0) == 0.0
+
+    def test_hardest_solvable_task_earns_almost_one(self):
+        assert teacher_reward(valid=True, rho=1 / 16) == pytest.approx(15 / 16)
+
+    @pytest.mark.parametrize("rho", [None, -0.1, 1.5, math.nan])
+    def test_valid_task_without_a_proper_solve_rate_is_a_bug(self, rho):
+        with pytest.raises(ValueError):
+            teacher_reward(valid=True, rho=rho)
+
+
+class TestStudentReward:
+    def test_correct_answer_earns_one(self):
+        assert student_reward(well_formed=True, correct=True) == 1.0
+
+    def test_wrong_answer_earns_nothing(self):
+        assert student_reward(well_formed=True, correct=False) == 0.0
+
+    def test_answer_that_failed_to_run_counts_as_wrong(self):
+        assert student_reward(well_formed=True, correct=None) == 0.0
+
+    def test_malformed_answer_is_penalised_below_a_wrong_one(self):
+        assert student_reward(well_formed=False, correct=None) == MALFORMED_ANSWER_REWARD
+        assert MALFORMED_ANSWER_REWARD < 0.0
+
+
+class TestSolveRate:
+    def test_is_the_fraction_of_correct_rollouts(self):
+        assert solve_rate([True, False, True, True]) == 0.75
+
+    def test_needs_rollouts(self):
+        with pytest.raises(ValueError):
+            solve_rate([])
