@@ -1,0 +1,144 @@
+"""The run configuration: YAML validated once, at the edge, into typed objects.
+
+Everything downstream takes these objects, never raw dictionaries. Unknown keys, wrong
+types and impossible sizes are refused here with a message naming the key, so a typo in
+a config fails in the first second of a run, not an hour in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from popula.errors import PopulaError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PopulationConfig(_Section):
+    teachers: int = Field(4, ge=1, description="teacher adapters")
+    students: int = Field(4, ge=1, description="student adapters")
+    single_agent: bool = Field(
+        False, description="one adapter both proposes and solves (the baseline); needs 1+1"
+    )
+
+    @model_validator(mode="after")
+    def _single_agent_is_one_adapter(self) -> "PopulationConfig":
+        if self.single_agent and (self.teachers, self.students) != (1, 1):
+            raise ValueError("single_agent needs teachers: 1 and students: 1 (one adapter plays both)")
+        return self
+
+
+class LoraConfig(_Section):
+    rank: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+    )
+
+    @model_validator(mode="after")
+    def _no_lora_on_head_or_embeddings(self) -> "LoraConfig":
+        bad = [m for m in self.target_modules if m in ("lm_head", "embed_tokens")]
+        if bad:
+            raise ValueError(f"LoRA on {bad} is not supported (vLLM drops lm_head LoRA from log-prob paths)")
+        return self
+
+
+class TasksConfig(_Section):
+    types: list[Literal["code_o", "code_i", "code_f"]] = Field(
+        default_factory=lambda: ["code_o", "code_i", "code_f"], min_length=1
+    )
+    proposals_per_type: int = Field(2, ge=1, description="proposals per teacher per type per step")
+    references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
+    code_f_inputs: int = Field(10, ge=2, description="inputs per code_f task: half shown, half hidden")
+    seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
+    buffer_size: int = Field(2048, ge=1)
+
+
+class GenerationConfig(_Section):
+    rollouts: int = Field(4, ge=1, description="student rollouts per task (n)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    teacher_max_tokens: int = Field(256, ge=8)
+    student_max_tokens: int = Field(128, ge=8)
+
+
+class SandboxConfig(_Section):
+    workers: int = Field(2, ge=1)
+
+
+class RunConfig(_Section):
+    steps: int = Field(60, ge=1)
+    checkpoint_every: int = Field(5, ge=1)
+
+
+class Config(_Section):
+    """A whole run. Sections not given take their defaults."""
+
+    seed: int = 0
+    base_model: str = Field("tiny", description="`tiny`, a Hugging Face id or a local path")
+    engine: Literal["torch", "vllm"] = "torch"
+    population: PopulationConfig = PopulationConfig()
+    lora: LoraConfig = LoraConfig()
+    tasks: TasksConfig = TasksConfig()
+    generation: GenerationConfig = GenerationConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    run: RunConfig = RunConfig()
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read a YAML config (None: all defaults) and apply `key.sub=value` overrides.
+
+    Override values are parsed as YAML, so `run.steps=10` gives an int and
+    `tasks.types=[code_o]` a list.
+    """
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PopulaError(f"{path}: no such config file") from None
+        except yaml.YAMLError as err:
+            raise PopulaError(f"{path}: not valid YAML ({err})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise PopulaError(f"{path}: a config must be a mapping of keys, got {type(loaded).__name__}")
+        data = loaded or {}
+    for override in overrides:
+        _apply_override(data, override)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in err.errors()
+        )
+        raise PopulaError(f"{source}: invalid config: {problems}") from None
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    key, sep, raw = override.partition("=")
+    if not sep or not key:
+        raise PopulaError(f"override {override!r} must look like key.sub=value")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise PopulaError(f"override {override!r}: value is not valid YAML ({err})") from None
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise PopulaError(f"override {override!r}: '{part}' is not a section")
+        node = child
+    node[leaf] = value
