@@ -1,0 +1,1 @@
+"""`popula run`: the population self-play loop and the run directory it writes."""

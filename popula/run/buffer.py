@@ -1,0 +1,70 @@
+"""The task buffer: past valid tasks, shown to teachers as references.
+
+Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log, so a
+running run can be inspected), and the in-memory pool keeps the newest `capacity` per
+type. On resume the log is cut back to the checkpoint's step, so a run killed mid-step
+never sees tasks from a step that did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from popula.errors import PopulaError
+from popula.tasks.records import TASK_TYPES, TaskRecord, parse_record
+
+
+class TaskBuffer:
+    def __init__(self, path: Path, capacity: int) -> None:
+        self.path = path
+        self.capacity = capacity
+        self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in TASK_TYPES}
+
+    def __len__(self) -> int:
+        return sum(len(pool) for pool in self._pools.values())
+
+    def add(self, records: list[TaskRecord], *, step: int, teacher: str, rhos: list[float | None]) -> None:
+        """Accept valid tasks into the pool and the log (with step, teacher and rho)."""
+        with self.path.open("a", encoding="utf-8") as log:
+            for record, rho in zip(records, rhos, strict=True):
+                record.extra.update(step=step, teacher=teacher, rho=rho)
+                self._pools[record.type].append(record)
+                log.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+
+    def sample(self, task_type: str, k: int, rng: np.random.Generator) -> list[TaskRecord]:
+        """Up to k distinct reference tasks of one type, drawn uniformly."""
+        pool = self._pools[task_type]
+        if not pool or k == 0:
+            return []
+        picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
+        return [pool[i] for i in picks]
+
+    def restore(self, up_to_step: int) -> None:
+        """Reload the pool from the log, dropping tasks logged after `up_to_step`."""
+        kept: list[str] = []
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{self.path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                if lineno == len(lines):
+                    break  # a torn last line from a killed run: its step never finished
+                raise PopulaError(f"{where}: corrupt task buffer line") from None
+            record = parse_record(obj, where)
+            if int(record.extra.get("step", -1)) > up_to_step:
+                continue
+            self._pools[record.type].append(record)
+            kept.append(line)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.replace(self.path)

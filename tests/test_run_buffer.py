@@ -1,0 +1,56 @@
+"""The task buffer feeds teachers their references and survives a killed run."""
+
+import numpy as np
+import pytest
+
+from popula.errors import PopulaError
+from popula.run.buffer import TaskBuffer
+from popula.tasks.records import TaskRecord
+
+
+def task(i, type_="code_o"):
+    return TaskRecord(id=f"t{i}", type=type_, program=f"def f(x):\n    return x + {i}\n", inputs=["1"], outputs=[str(1 + i)])
+
+
+def test_references_are_distinct_tasks_of_the_requested_type(tmp_path):
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=100)
+    buf.add([task(i) for i in range(10)] + [task(99, "code_i")], step=0, teacher="T0", rhos=[0.5] * 11)
+    refs = buf.sample("code_o", 6, np.random.default_rng(0))
+    assert len({r.id for r in refs}) == 6
+    assert all(r.type == "code_o" for r in refs)
+    assert buf.sample("code_f", 6, np.random.default_rng(0)) == []
+
+
+def test_pool_keeps_the_newest_tasks_up_to_capacity(tmp_path):
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=3)
+    buf.add([task(i) for i in range(5)], step=0, teacher="T0", rhos=[None] * 5)
+    assert sorted(r.id for r in buf.sample("code_o", 10, np.random.default_rng(0))) == ["t2", "t3", "t4"]
+
+
+def test_log_records_step_teacher_and_rho(tmp_path):
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10)
+    buf.add([task(1)], step=4, teacher="T2", rhos=[0.25])
+    restored = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10)
+    restored.restore(up_to_step=4)
+    (record,) = restored.sample("code_o", 1, np.random.default_rng(0))
+    assert (record.extra["step"], record.extra["teacher"], record.extra["rho"]) == (4, "T2", 0.25)
+
+
+def test_restore_drops_tasks_from_steps_after_the_checkpoint(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    buf = TaskBuffer(path, capacity=10)
+    buf.add([task(1)], step=1, teacher="T0", rhos=[0.5])
+    buf.add([task(2)], step=2, teacher="T0", rhos=[0.5])
+    with path.open("a") as log:
+        log.write('{"id": "torn", "type": "co')  # killed mid-write
+    restored = TaskBuffer(path, capacity=10)
+    restored.restore(up_to_step=1)
+    assert [r.id for r in restored.sample("code_o", 5, np.random.default_rng(0))] == ["t1"]
+    assert len(path.read_text().splitlines()) == 1
+
+
+def test_corruption_before_the_last_line_is_reported_not_skipped(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('garbage\n{"id": "a", "type": "code_o", "program": "def f(x): return x", "inputs": ["1"]}\n')
+    with pytest.raises(PopulaError, match="tasks.jsonl:1"):
+        TaskBuffer(path, capacity=10).restore(up_to_step=0)
