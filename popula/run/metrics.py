@@ -1,0 +1,84 @@
+"""Per-step metrics: RUN_DIR/metrics.jsonl (DESIGN 3.4), TensorBoard events, one summary line.
+
+metrics.jsonl is the source of truth (plots and tools read it); TensorBoard gets every
+numeric field as a scalar under RUN_DIR/tensorboard/ for people who live there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self._tb_dir = run_dir / "tensorboard"
+        self._tb = None
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        self._tensorboard(row)
+
+    def truncate_after(self, step: int) -> None:
+        """Forget rows of steps after `step` (those of a run killed after its checkpoint)."""
+        rows = [r for r in read_metrics(self.path) if r["step"] <= step] if self.path.exists() else []
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+    def _tensorboard(self, row: dict[str, Any]) -> None:
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self._tb_dir))
+        for key, value in _flatten(row).items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._tb.add_scalar(key, value, row["step"])
+        self._tb.flush()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl; a torn last line (a run killed mid-write) is ignored."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise
+    return rows
+
+
+def summary_line(row: dict[str, Any]) -> str:
+    """The one line a person reads per step."""
+    return (
+        f"step {row['step']:>4}  valid {row['valid_rate']:.2f}  solve {row['solve_rate']:.2f}  "
+        f"teacher_r {row['teacher_reward_mean']:+.2f}  student_r {row['student_reward_mean']:+.2f}  "
+        f"depth {row['ast_depth']:.1f}  cc {row['cyclomatic']:.1f}  loc {row['loc']:.1f}  "
+        f"vars {row['n_vars']:.1f}  {row['wall_s']:.1f}s"
+    )
+
+
+def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "/"))
+        else:
+            flat[name] = value
+    return flat
