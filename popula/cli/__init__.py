@@ -16,6 +16,7 @@ from popula.errors import PopulaError
 # Subcommand modules, in the order `popula --help` lists them.
 COMMANDS: list[str] = [
     "verify",
+    "plot",
 ]
 
 

@@ -1,0 +1,63 @@
+"""Figures of a run's metrics.jsonl: the curves PopuLoRA argues from.
+
+One PNG per measure (solve rate, teacher reward, valid rate, and the four complexity
+measures), each with every given run on the same axes, so a population run and its
+single-agent baseline can be compared at a glance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from popula.errors import PopulaError
+from popula.run.metrics import read_metrics
+
+FIGURES: dict[str, str] = {
+    "solve_rate": "student solve rate",
+    "teacher_reward_mean": "teacher reward (mean)",
+    "valid_rate": "valid task rate",
+    "ast_depth": "AST depth of valid programs",
+    "cyclomatic": "cyclomatic complexity",
+    "loc": "lines of code",
+    "n_vars": "distinct variables",
+}
+
+
+def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
+    """Write one PNG per measure into `out_dir`; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    runs = {}
+    for run_dir in run_dirs:
+        path = run_dir / "metrics.jsonl"
+        if not path.exists():
+            raise PopulaError(f"{path}: no metrics yet (is {run_dir} a run directory?)")
+        rows = read_metrics(path)
+        if not rows:
+            raise PopulaError(f"{path}: no finished step to plot")
+        runs[run_dir.name if run_dir.name else str(run_dir)] = rows
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, title in FIGURES.items():
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+        for label, rows in runs.items():
+            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.4, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if len(runs) > 1:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        target = out_dir / f"{key}.png"
+        fig.savefig(target)
+        plt.close(fig)
+        written.append(target)
+    return written
