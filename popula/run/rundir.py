@@ -1,0 +1,73 @@
+"""The run directory (DESIGN 3.3): creating it, and refusing to mix two runs in one.
+
+A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
+saved config differs from the given one (except `run.steps`, which a resume may extend),
+naming every key that differs.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from popula.config import Config
+from popula.errors import PopulaError
+
+RESUMABLE_KEYS = {"run.steps"}
+
+
+def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> None:
+    config_path = run_dir / "config.yaml"
+    if resume:
+        if not config_path.exists():
+            raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
+        saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+        current = cfg.model_dump(mode="json")
+        differ = sorted(k for k in _diff(saved, current) if k not in RESUMABLE_KEYS)
+        if differ:
+            raise PopulaError(
+                f"{run_dir} belongs to another config: it differs at {', '.join(differ)}. "
+                "Resume with the run's own config.yaml, or start a new run with --out."
+            )
+    elif config_path.exists():
+        raise PopulaError(
+            f"{run_dir} already holds a run; continue it with --resume or choose another --out"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = config_path.with_name("config.yaml.tmp")
+    tmp.write_text(cfg.to_yaml(), encoding="utf-8")
+    tmp.replace(config_path)
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> set[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys: set[str] = set()
+        for key in a.keys() | b.keys():
+            keys |= _diff(a.get(key), b.get(key), f"{prefix}{key}.")
+        return keys
+    return set() if a == b else {prefix.rstrip(".")}
+
+
+class GracefulStop:
+    """First Ctrl-C: finish the current step, checkpoint, exit. Second: stop at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "GracefulStop":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\npopula: stopping after this step (Ctrl-C again to stop now)", flush=True)
