@@ -17,6 +17,7 @@ from popula.errors import PopulaError
 COMMANDS: list[str] = [
     "verify",
     "plot",
+    "leaderboard",
 ]
 
 

@@ -1,0 +1,74 @@
+"""Rating trajectories of a league as a PNG, in the style of the paper's figures.
+
+One panel per role: a thin line per member (mu over the steps it was alive; dashed for
+members evolution replaced, with an x where they left), the role's mean over its alive
+members in bold, and a band of +-1 standard deviation across those members. The band
+shows whether a role's ratings spread (selection has something to act on) or collapse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from popula.league.league import League
+
+_ROLE_COLOURS = {"teacher": "tab:red", "student": "tab:blue"}
+
+
+def plot_ratings(league: League, out: Path) -> Path:
+    """Draw the league's rating history to ``out`` (PNG) and return the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(9, 7), sharex=True, constrained_layout=True)
+    for ax, role in zip(axes, ("teacher", "student")):
+        _plot_role(ax, league, role)
+    axes[-1].set_xlabel("step")
+    title = "League ratings (TrueSkill mu)"
+    if league.step is not None:
+        title += f" after step {league.step}"
+    fig.suptitle(title)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _plot_role(ax, league: League, role: str) -> None:
+    colour = _ROLE_COLOURS[role]
+    members = [m for m in league.members.values() if m.role == role]
+    by_step: dict[int, list[float]] = {}
+    for m in members:
+        if not m.history:
+            continue
+        steps = [h[0] for h in m.history]
+        mus = [h[1] for h in m.history]
+        # Mean and band use alive members only: a retired member's last point is its exit.
+        for step, mu in zip(steps, mus):
+            if m.alive or m.replaced_at_step is None or step < m.replaced_at_step:
+                by_step.setdefault(step, []).append(mu)
+        ax.plot(steps, mus, color=colour, alpha=0.35, linewidth=1,
+                linestyle="-" if m.alive else "--")
+        if m.alive:
+            ax.annotate(m.name, (steps[-1], mus[-1]), fontsize=7, color=colour,
+                        xytext=(3, 0), textcoords="offset points", va="center")
+        else:
+            ax.plot(steps[-1], mus[-1], marker="x", color=colour, markersize=5, alpha=0.7)
+    if by_step:
+        steps = sorted(by_step)
+        mean = np.array([np.mean(by_step[s]) for s in steps])
+        std = np.array([np.std(by_step[s]) for s in steps])
+        ax.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.15, label="mean +- 1 sd")
+        ax.plot(steps, mean, color=colour, linewidth=2.5, label=f"{role} mean")
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no rated steps yet", transform=ax.transAxes, ha="center", color="grey")
+    alive = sum(m.alive for m in members)
+    ax.set_title(f"{role}s: {alive} alive, {len(members) - alive} replaced", fontsize=10)
+    ax.set_ylabel("mu")
+    ax.grid(alpha=0.3)

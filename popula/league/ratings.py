@@ -1,0 +1,57 @@
+"""TrueSkill arithmetic the league needs beyond the `trueskill` package itself.
+
+The package rates games but has no win probability and no notion of an evolved child, so
+both live here, in terms of the package's own environment (its beta and its normal CDF).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import trueskill
+
+
+def make_env(mu: float, sigma: float, beta: float, tau: float, draw_probability: float) -> trueskill.TrueSkill:
+    """One TrueSkill environment for the whole league: teachers and students share it."""
+    return trueskill.TrueSkill(
+        mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability
+    )
+
+
+def win_probability(env: trueskill.TrueSkill, a: trueskill.Rating, b: trueskill.Rating) -> float:
+    """P(a beats b) under the TrueSkill model (draw margin ignored).
+
+    Performance is skill plus N(0, beta^2) noise, so the difference of performances is
+    normal with mean mu_a - mu_b and variance 2 beta^2 + sigma_a^2 + sigma_b^2. Unplayed
+    pairs therefore start at the predicted probability, not at 1/2 by fiat.
+    """
+    spread = math.sqrt(2.0 * env.beta**2 + a.sigma**2 + b.sigma**2)
+    return float(env.cdf((a.mu - b.mu) / spread))
+
+
+def conservative(rating: trueskill.Rating) -> float:
+    """mu - 3 sigma: a skill the member has with ~99.9% confidence; new members rank low."""
+    return rating.mu - 3.0 * rating.sigma
+
+
+def child_rating(
+    env: trueskill.TrueSkill, parents: Sequence[trueskill.Rating], sigma_widen: float
+) -> trueskill.Rating:
+    """The prior of a child made from ``parents`` by a weight-space operator.
+
+    mu is the parents' mean. The variance is that of the parents' mixture (mean of their
+    variances plus the spread of their means: a crossover of unlike parents is less
+    certain) plus ``sigma_widen``^2 for the perturbation itself, capped at the
+    environment's initial sigma (a child is never more uncertain than a newcomer).
+    """
+    if not parents:
+        raise ValueError("a child needs at least one parent")
+    if sigma_widen < 0:
+        raise ValueError(f"sigma_widen must be >= 0, got {sigma_widen}")
+    mus = [p.mu for p in parents]
+    mu = sum(mus) / len(mus)
+    mixture_var = sum(p.sigma**2 for p in parents) / len(parents)
+    mixture_var += sum((m - mu) ** 2 for m in mus) / len(mus)
+    sigma = min(env.sigma, math.sqrt(mixture_var + sigma_widen**2))
+    return env.create_rating(mu=mu, sigma=sigma)
