@@ -176,11 +176,11 @@ class League:
             p_teacher=ratings.win_probability(self.env, before_t, before_s),
         )
         if tally.result == "teacher":
-            new_t, new_s = self.env.rate_1vs1(before_t, before_s)
+            new_t, new_s = trueskill.rate_1vs1(before_t, before_s, env=self.env)
         elif tally.result == "student":
-            new_s, new_t = self.env.rate_1vs1(before_s, before_t)
+            new_s, new_t = trueskill.rate_1vs1(before_s, before_t, env=self.env)
         elif tally.result == "draw":
-            new_t, new_s = self.env.rate_1vs1(before_t, before_s, drawn=True)
+            new_t, new_s = trueskill.rate_1vs1(before_t, before_s, drawn=True, env=self.env)
         else:
             new_t, new_s = before_t, before_s
         t.mu, t.sigma = float(new_t.mu), float(new_t.sigma)

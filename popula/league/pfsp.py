@@ -12,9 +12,9 @@ pair is hopelessly lopsided) the draw falls back to uniform, so no member is eve
 
 Coverage (every alive member plays every step, also when the role counts differ):
 
-1. Teachers, in a random order, each draw one student from the students not yet covered
-   this step (all students once every one is covered). With T >= S every student is
-   covered after the first S teachers; the rest spread over the students again.
+1. Teachers, in a random order, each draw one student from the students not yet drawn
+   in the current round; when every student has been drawn a new round starts. With
+   T >= S every student is covered and student loads differ by at most one match.
 2. With T < S, each student still uncovered draws a teacher, so some teachers play two
    (or more) matches. The step thus has max(T, S) matches and no member sits out.
 
@@ -86,10 +86,11 @@ def plan_matches(
     uncovered = list(students)
     for i in rng.permutation(len(teachers)):
         teacher = teachers[int(i)]
-        pool = (uncovered or list(students)) + past_students
-        student = _draw(rng, teacher, pool, p_win, weighting, k)
+        student = _draw(rng, teacher, uncovered + past_students, p_win, weighting, k)
         if student in uncovered:
             uncovered.remove(student)
+            if not uncovered and len(pairs) + 1 < len(teachers):
+                uncovered = list(students)  # next round: loads differ by at most one
         pairs.append((teacher, student))
     for i in rng.permutation(len(uncovered)):
         student = uncovered[int(i)]
