@@ -65,6 +65,12 @@ class VerifyResult:
     `valid` says whether the task itself is sound (parses, runs, is deterministic);
     `correct` judges the record's answer, and is None when it has none or the task is
     invalid.
+
+    Extension of the DESIGN 3.2 line: `answer_reason` is None when the answer produced a
+    value that was compared (right or wrong), and otherwise says why it could not
+    (one of REASONS: "syntax" or "forbidden" for a malformed answer, "timeout",
+    "runtime_error", ... for one that failed to run); `answer_detail` explains it.
+    Rewards use it to tell a malformed answer from a wrong one.
     """
 
     id: str
@@ -73,6 +79,8 @@ class VerifyResult:
     detail: str = ""
     outputs: list[str] = field(default_factory=list)
     correct: bool | None = None
+    answer_reason: Reason | None = None
+    answer_detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

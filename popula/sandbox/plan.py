@@ -1,0 +1,117 @@
+"""What the sandbox must run for one record, decided before anything runs.
+
+A record without outputs is a task to validate: its program and inputs are checked and
+compiled here, then run twice (in two different workers, see zygote.py). A record that
+already carries outputs was validated earlier: only what judging needs is run, once:
+- code_o: the answer is read as a literal value in this process (no code runs at all);
+  an answer that is an expression rather than a literal is evaluated in the sandbox,
+  in an empty namespace (it cannot call the task's `f`);
+- code_i: the task program runs on the answer's argument list;
+- code_f: the student's program runs on the hidden inputs (the second half of inputs).
+Judging runs happen once: determinism is required of the teacher's task, not re-proven
+for each student answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any
+
+from popula.sandbox import policy
+from popula.sandbox.limits import Limits
+from popula.sandbox.policy import Rejection
+from popula.sandbox.values import NotAValue, read_value
+from popula.tasks.records import TaskRecord
+
+# A job for a worker: (kind, program code, argument-list codes, expression code).
+Job = tuple[str, CodeType | None, list[CodeType], CodeType | None]
+
+_NO_VALUE = object()
+
+
+@dataclass
+class Plan:
+    record: TaskRecord
+    invalid: Rejection | None = None
+    validate: Job | None = None  # run twice when set
+    answer_value: Any = _NO_VALUE  # a code_o answer read as a literal
+    answer_job: Job | None = None  # run once when set
+    answer_rejection: Rejection | None = None
+
+    @property
+    def has_answer_value(self) -> bool:
+        return self.answer_value is not _NO_VALUE
+
+
+def hidden_split(n_inputs: int) -> int:
+    """Index of the first hidden input of a code_f task: the second half is hidden."""
+    return n_inputs // 2
+
+
+def plan_record(record: TaskRecord, limits: Limits) -> Plan:
+    plan = Plan(record)
+    cap = limits.max_source_chars
+    program: CodeType | None = None
+    arg_codes: list[CodeType] | None = None
+
+    def task_program() -> CodeType | None:
+        nonlocal program
+        if program is None and plan.invalid is None:
+            compiled = policy.compile_program(record.program, cap)
+            if isinstance(compiled, Rejection):
+                plan.invalid = compiled
+            else:
+                program = compiled
+        return program
+
+    def task_args() -> list[CodeType] | None:
+        nonlocal arg_codes
+        if arg_codes is None and plan.invalid is None:
+            codes = []
+            for i, text in enumerate(record.inputs):
+                compiled = policy.compile_arguments(text, cap, what=f"inputs[{i}]")
+                if isinstance(compiled, Rejection):
+                    plan.invalid = compiled
+                    return None
+                codes.append(compiled)
+            arg_codes = codes
+        return arg_codes
+
+    if not record.outputs:
+        code, args = task_program(), task_args()
+        if plan.invalid is not None:
+            return plan
+        assert code is not None and args is not None
+        plan.validate = ("run", code, args, None)
+    if record.answer is None:
+        return plan
+    answer = record.answer
+    if record.type == "code_o":
+        try:
+            plan.answer_value = read_value(answer)
+        except NotAValue:
+            expr = policy.compile_expression(answer, cap)
+            if isinstance(expr, Rejection):
+                plan.answer_rejection = expr
+            else:
+                plan.answer_job = ("expr", None, [], expr)
+    elif record.type == "code_i":
+        code = task_program()
+        if code is None:
+            return plan
+        args = policy.compile_arguments(answer, cap, what="answer")
+        if isinstance(args, Rejection):
+            plan.answer_rejection = args
+        else:
+            plan.answer_job = ("run", code, [args], None)
+    else:  # code_f
+        codes = task_args()
+        if codes is None:
+            return plan
+        student = policy.compile_program(answer, cap, what="answer")
+        if isinstance(student, Rejection):
+            plan.answer_rejection = student
+        else:
+            plan.answer_job = ("run", student, codes[hidden_split(len(codes)):], None)
+    return plan

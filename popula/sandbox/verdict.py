@@ -1,0 +1,104 @@
+"""From run results to a VerifyResult: determinism, outputs, and judging by value.
+
+Run results are what a worker child reported (JSON): {"ok": [repr, ...]} or
+{"err": reason, "detail": text}. The child ran hostile code, so its report is checked
+for shape before it is believed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popula.sandbox.plan import Plan, hidden_split
+from popula.sandbox.values import NotAValue, read_value, reprs_equal, values_equal
+from popula.tasks.records import REASONS, VerifyResult
+
+RunResult = dict[str, Any]
+
+# Failures that say "too expensive", not "behaves differently": when only one of the two
+# validation runs hits one, the task is reported as that, not as nondeterministic.
+_RESOURCE_REASONS = ("timeout", "memory", "output_too_large")
+
+
+def checked(result: Any) -> RunResult:
+    """A child's report if it has the documented shape, else a runtime_error."""
+    if isinstance(result, dict):
+        ok = result.get("ok")
+        if isinstance(ok, list) and all(isinstance(x, str) for x in ok):
+            return {"ok": ok}
+        if result.get("err") in REASONS:
+            return {"err": result["err"], "detail": str(result.get("detail", ""))[:1000]}
+    return {"err": "runtime_error", "detail": "the sandboxed process sent a malformed result"}
+
+
+def _short(text: str, n: int = 80) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def validation(first: RunResult, second: RunResult, inputs: list[str]) -> tuple[str | None, str, list[str]]:
+    """(reason, detail, outputs) from the two validation runs of one task."""
+    if "ok" in first and "ok" in second:
+        a, b = first["ok"], second["ok"]
+        if len(a) != len(b) or len(a) != len(inputs):
+            return "runtime_error", "the runs returned a wrong number of outputs", []
+        for i, (x, y) in enumerate(zip(a, b)):
+            if not reprs_equal(x, y):
+                return (
+                    "nondeterministic",
+                    f"input {i} ({_short(inputs[i], 40)}) gave {_short(x)} in one run and {_short(y)} in another",
+                    [],
+                )
+        return None, "", list(a)
+    failures = [r for r in (first, second) if "err" in r]
+    for reason in _RESOURCE_REASONS:
+        for failure in failures:
+            if failure["err"] == reason:
+                return reason, failure["detail"], []
+    if len(failures) == 1:
+        return (
+            "nondeterministic",
+            f"one run failed ({failures[0]['err']}: {_short(failures[0]['detail'])}) and the other succeeded",
+            [],
+        )
+    return first["err"], first["detail"], []
+
+
+def judge(plan: Plan, outputs: list[str], answer_run: RunResult | None) -> tuple[bool, str | None, str]:
+    """(correct, answer_reason, answer_detail): the answer judged by value against outputs.
+
+    answer_reason is None when the answer ran and was compared; otherwise it says why the
+    answer could not produce a value (syntax, forbidden, timeout, runtime_error, ...).
+    """
+    if plan.answer_rejection is not None:
+        return False, plan.answer_rejection.reason, plan.answer_rejection.detail
+    record = plan.record
+    if plan.has_answer_value:
+        try:
+            return values_equal(plan.answer_value, read_value(outputs[0])), None, ""
+        except NotAValue:
+            return False, None, "the task output is not a value"
+    if answer_run is None:
+        raise AssertionError("an answer that needs a run has no run result")
+    if "err" in answer_run:
+        return False, answer_run["err"], answer_run["detail"]
+    got = answer_run["ok"]
+    expected = outputs[hidden_split(len(outputs)) :] if record.type == "code_f" else outputs[:1]
+    if len(got) != len(expected):
+        return False, "runtime_error", "the answer produced a wrong number of outputs"
+    return all(map(reprs_equal, got, expected)), None, ""
+
+
+def assemble(plan: Plan, runs: list[RunResult], answer_run: RunResult | None) -> VerifyResult:
+    record = plan.record
+    if plan.invalid is not None:
+        return VerifyResult(id=record.id, valid=False, reason=plan.invalid.reason, detail=plan.invalid.detail)  # type: ignore[arg-type]
+    if plan.validate is not None:
+        reason, detail, outputs = validation(runs[0], runs[1], record.inputs)
+        if reason is not None:
+            return VerifyResult(id=record.id, valid=False, reason=reason, detail=detail)  # type: ignore[arg-type]
+    else:
+        outputs = list(record.outputs)
+    result = VerifyResult(id=record.id, valid=True, outputs=outputs)
+    if record.answer is not None:
+        result.correct, result.answer_reason, result.answer_detail = judge(plan, outputs, answer_run)
+    return result
