@@ -92,17 +92,27 @@ class MultiLoRAModel(nn.Module):
 
         A batch where every row is the bare base skips the LoRA math entirely.
         """
+        previous = self.routing.rows
+        self.set_routing(slots)
+        try:
+            yield
+        finally:
+            self.routing.set(previous)
+
+    def set_routing(self, slots: Sequence[int] | torch.Tensor | None) -> None:
+        """Set the routing until changed (None: bare base everywhere); `route` is the scoped form.
+
+        For loops that re-route between forwards (a decoder dropping finished rows).
+        """
+        if slots is None:
+            self.routing.set(None)
+            return
         rows = torch.as_tensor(slots, dtype=torch.long).flatten()
         if rows.numel() and (int(rows.min()) < BASE_SLOT or int(rows.max()) >= self.n_slots):
             raise ValueError(f"slot indices must be in [-1, {self.n_slots - 1}], got {rows.tolist()}")
         device = next(iter(self.lora_layers.values())).scaling.device
         rows = torch.where(rows < 0, torch.full_like(rows, self.n_slots), rows).to(device)
-        previous = self.routing.rows
         self.routing.set(None if bool((rows == self.n_slots).all()) else rows)
-        try:
-            yield
-        finally:
-            self.routing.set(previous)
 
     # -- slot weights ----------------------------------------------------------------------
 
@@ -125,8 +135,9 @@ class MultiLoRAModel(nn.Module):
         self.load_slot(slot, fresh_peft_state_dict(self.lora_shapes(), self.rank, generator), alpha=self.alpha)
 
     def load_slot(self, slot: int, state_dict: Mapping[str, torch.Tensor], *, alpha: float | None = None,
-                  source: str = "adapter") -> None:
-        """Load a PEFT-format state dict into `slot`; scaling is alpha / r (alpha: this model's by default).
+                  scaling: float | None = None, source: str = "adapter") -> None:
+        """Load a PEFT-format state dict into `slot`; scaling is alpha / r (alpha: this model's by
+        default) unless `scaling` is given (e.g. rsLoRA's alpha / sqrt(r)).
 
         Modules the adapter does not target are left at zero (PEFT semantics). Keys for
         modules this model does not wrap, or shapes that do not fit, raise PopulaError naming
@@ -134,7 +145,8 @@ class MultiLoRAModel(nn.Module):
         """
         self._check_slot(slot)
         plan, rank = self._plan_load(state_dict, source)
-        scaling = (self.alpha if alpha is None else float(alpha)) / rank
+        if scaling is None:
+            scaling = (self.alpha if alpha is None else float(alpha)) / rank
         for path, layer in self.lora_layers.items():
             if path in plan:
                 layer.set_slot(slot, plan[path][0], plan[path][1], scaling)
