@@ -91,7 +91,7 @@ def test_past_versions_play_only_when_the_config_allows_it():
         _retire(league, "s0", "s0b", "s0")  # s0 is the past version of alive s0b
         _retire(league, "s2", "s2b", "s1")  # s2 left no descendant: a dead end
         rng = np.random.default_rng(0)
-        opponents = {m.student for _ in range(300) for m in league.match(rng)}
+        opponents = {m.student for _ in range(100) for m in league.match(rng)}
         assert "s2" not in opponents
         assert ("s0" in opponents) == allowed
         assert league.lineage_past_versions("student") == ["s0"]
@@ -102,3 +102,18 @@ def test_a_replaced_member_cannot_be_rated_unless_past_versions_are_on():
     _retire(league, "s0", "s0b", "s1")
     with pytest.raises(ValueError, match="replaced"):
         league.record_match(0, "t0", "s0", [TaskResult(True, 1.0)])
+
+
+def test_whole_plans_concentrate_on_balanced_pairs_for_every_member():
+    # Three "levels": t_i and s_i are equally strong, levels are 10 rating points apart.
+    # The all-balanced plan has the largest product of pair weights; the swap chain finds
+    # it far more often than independent draws would (each of which can leave the last
+    # teacher a lopsided pair).
+    league = _league(3, 3)
+    for i in range(3):
+        for role in "ts":
+            league.members[f"{role}{i}"].mu, league.members[f"{role}{i}"].sigma = 10.0 + 10 * i, 1.0
+    rng = np.random.default_rng(0)
+    plans = Counter(tuple(sorted((m.teacher, m.student) for m in league.match(rng))) for _ in range(300))
+    balanced = (("t0", "s0"), ("t1", "s1"), ("t2", "s2"))
+    assert plans[balanced] > 0.8 * 300

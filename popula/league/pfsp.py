@@ -1,22 +1,31 @@
 """Prioritized fictitious self-play (PFSP): who plays whom this step.
 
-A member choosing an opponent weighs each candidate by f(p), where p is the TrueSkill
-probability that the *chooser* beats the candidate:
+Every teacher-student pair gets a weight f(p), where p is the TrueSkill probability that
+the teacher beats the student:
 
 * ``variance``: f(p) = p (1 - p), largest for balanced pairs (p = 1/2), the default,
   because a task is most informative when neither side dominates;
-* ``hard``: f(p) = (1 - p)^k, favouring opponents the chooser tends to lose to.
+* ``hard``: f(p) = (1 - p)^k, favouring the students most likely to beat the teacher.
 
-All weights of a draw are computed first and normalised once; if they sum to ~0 (every
-pair is hopelessly lopsided) the draw falls back to uniform, so no member is ever starved.
+All weights of the step are computed first and normalised once; if they sum to ~0 (every
+pair is hopelessly lopsided) they fall back to uniform, so no member is ever starved.
 
 Coverage (every alive member plays every step, also when the role counts differ):
 
-1. Teachers, in a random order, each draw one student from the students not yet drawn
-   in the current round; when every student has been drawn a new round starts. With
-   T >= S every student is covered and student loads differ by at most one match.
+1. Teachers, in a random order, each draw one student (by the weights) from the students
+   not yet drawn in the current round; when every student has been drawn a new round
+   starts. With T >= S every student is covered and loads differ by at most one match.
 2. With T < S, each student still uncovered draws a teacher, so some teachers play two
-   (or more) matches. The step thus has max(T, S) matches and no member sits out.
+   (or more) matches. The step has max(T, S) matches and no member sits out.
+3. Refinement: with every member playing, independent draws cannot concentrate on
+   balanced pairs (the last teacher gets whoever is left). So the plan is then resampled
+   by a Metropolis chain that swaps the students of two matches with probability
+   min(1, w'/w) on the product of pair weights. Swaps keep every member's number of
+   matches, so coverage holds, and the chain samples whole plans with probability
+   proportional to the product of their pair weights: PFSP over plans, not over
+   individual draws. A product, because every member trains on its own match this step:
+   a plan that gives one member a hopeless pair (all tasks solved, or none) wastes that
+   member's step however balanced the other pairs are.
 
 Optional past versions (``past_students`` / ``past_teachers``) are retired members kept as
 frozen opponents; they join the candidate pools but never count towards coverage.
@@ -32,10 +41,12 @@ Weighting = Literal["variance", "hard"]
 
 # Below this total the weights carry no usable preference: fall back to uniform.
 _WEIGHT_FLOOR = 1e-12
+# Swap proposals per match in the refinement chain (4T+4S mixes in far fewer).
+_SWAPS_PER_MATCH = 50
 
 
-def pfsp_probabilities(p_win: Sequence[float], weighting: Weighting = "variance", k: float = 2.0) -> np.ndarray:
-    """Selection probabilities over candidates given the chooser's win probabilities."""
+def pfsp_probabilities(p_win: Sequence[float] | np.ndarray, weighting: Weighting = "variance", k: float = 2.0) -> np.ndarray:
+    """Selection probabilities from win probabilities (any shape), normalised once."""
     p = np.clip(np.asarray(p_win, dtype=float), 0.0, 1.0)
     if p.size == 0:
         raise ValueError("no candidates to weigh")
@@ -47,20 +58,14 @@ def pfsp_probabilities(p_win: Sequence[float], weighting: Weighting = "variance"
         raise ValueError(f"unknown PFSP weighting {weighting!r} (use 'variance' or 'hard')")
     total = float(weights.sum())
     if not np.isfinite(total) or total < _WEIGHT_FLOOR:
-        return np.full(p.size, 1.0 / p.size)
+        return np.full(p.shape, 1.0 / p.size)
     return weights / total
 
 
-def _draw(
-    rng: np.random.Generator,
-    chooser: str,
-    candidates: Sequence[str],
-    p_win: Callable[[str, str], float],
-    weighting: Weighting,
-    k: float,
-) -> str:
-    probs = pfsp_probabilities([p_win(chooser, c) for c in candidates], weighting, k)
-    return candidates[int(rng.choice(len(candidates), p=probs))]
+def _draw(rng: np.random.Generator, weights: np.ndarray) -> int:
+    total = weights.sum()
+    probs = weights / total if total > 0 else np.full(weights.size, 1.0 / weights.size)
+    return int(rng.choice(weights.size, p=probs))
 
 
 def plan_matches(
@@ -73,27 +78,49 @@ def plan_matches(
     past_teachers: Sequence[str] = (),
     past_students: Sequence[str] = (),
 ) -> list[tuple[str, str]]:
-    """(teacher, student) pairs for one step; ``p_win(a, b)`` = P(a beats b).
+    """(teacher, student) pairs for one step; ``p_win(t, s)`` = P(teacher t beats student s).
 
-    Deterministic for a given generator state and inputs: candidate lists are sorted, so
-    the result does not depend on the caller's ordering.
+    Deterministic for a given generator state and inputs: names are sorted first, so the
+    result does not depend on the caller's ordering.
     """
     if not teachers or not students:
         raise ValueError("matching needs at least one alive teacher and one alive student")
-    teachers, students = sorted(teachers), sorted(students)
-    past_teachers, past_students = sorted(past_teachers), sorted(past_students)
-    pairs: list[tuple[str, str]] = []
-    uncovered = list(students)
-    for i in rng.permutation(len(teachers)):
-        teacher = teachers[int(i)]
-        student = _draw(rng, teacher, uncovered + past_students, p_win, weighting, k)
-        if student in uncovered:
-            uncovered.remove(student)
-            if not uncovered and len(pairs) + 1 < len(teachers):
-                uncovered = list(students)  # next round: loads differ by at most one
-        pairs.append((teacher, student))
-    for i in rng.permutation(len(uncovered)):
-        student = uncovered[int(i)]
-        teacher = _draw(rng, student, list(teachers) + past_teachers, p_win, weighting, k)
-        pairs.append((teacher, student))
-    return pairs
+    all_t = sorted(teachers) + sorted(past_teachers)
+    all_s = sorted(students) + sorted(past_students)
+    n_t, n_s = len(teachers), len(students)
+    p = np.array([[p_win(t, s) for s in all_s] for t in all_t])
+    # Floor keeps every pair possible (and the chain's ratios finite) without favouring it.
+    w = np.maximum(pfsp_probabilities(p, weighting, k), _WEIGHT_FLOOR)
+
+    plan: list[tuple[int, int]] = []
+    uncovered = list(range(n_s))
+    past_s = list(range(n_s, len(all_s)))
+    for ti in rng.permutation(n_t):
+        pool = uncovered + past_s
+        si = pool[_draw(rng, w[ti, pool])]
+        if si in uncovered:
+            uncovered.remove(si)
+            if not uncovered and len(plan) + 1 < n_t:
+                uncovered = list(range(n_s))  # next round: loads differ by at most one
+        plan.append((int(ti), si))
+    for si in rng.permutation(uncovered).tolist():
+        plan.append((_draw(rng, w[:, si]), si))
+
+    _refine(rng, plan, w)
+    return [(all_t[ti], all_s[si]) for ti, si in plan]
+
+
+def _refine(rng: np.random.Generator, plan: list[tuple[int, int]], w: np.ndarray) -> None:
+    """Metropolis swaps of students between matches, in place (see the module docstring)."""
+    if len(plan) < 2:
+        return
+    for _ in range(_SWAPS_PER_MATCH * len(plan)):
+        a, b = rng.choice(len(plan), size=2, replace=False)
+        (ta, sa), (tb, sb) = plan[a], plan[b]
+        if sa == sb or ta == tb:
+            continue
+        if (ta, sb) in plan or (tb, sa) in plan:
+            continue  # never the same pair twice in one step
+        ratio = (w[ta, sb] * w[tb, sa]) / (w[ta, sa] * w[tb, sb])
+        if ratio >= 1.0 or rng.random() < ratio:
+            plan[a], plan[b] = (ta, sb), (tb, sa)
