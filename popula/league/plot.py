@@ -24,7 +24,7 @@ def plot_ratings(league: League, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 1, figsize=(9, 7), sharex=True, constrained_layout=True)
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True, constrained_layout=True)
     for ax, role in zip(axes, ("teacher", "student")):
         _plot_role(ax, league, role)
     axes[-1].set_xlabel("step")
@@ -43,6 +43,7 @@ def _plot_role(ax, league: League, role: str) -> None:
     colour = _ROLE_COLOURS[role]
     members = [m for m in league.members.values() if m.role == role]
     by_step: dict[int, list[float]] = {}
+    labels: list[tuple[float, int, str]] = []
     for m in members:
         if not m.history:
             continue
@@ -55,8 +56,7 @@ def _plot_role(ax, league: League, role: str) -> None:
         ax.plot(steps, mus, color=colour, alpha=0.35, linewidth=1,
                 linestyle="-" if m.alive else "--")
         if m.alive:
-            ax.annotate(m.name, (steps[-1], mus[-1]), fontsize=7, color=colour,
-                        xytext=(3, 0), textcoords="offset points", va="center")
+            labels.append((mus[-1], steps[-1], m.name))
         else:
             ax.plot(steps[-1], mus[-1], marker="x", color=colour, markersize=5, alpha=0.7)
     if by_step:
@@ -68,7 +68,25 @@ def _plot_role(ax, league: League, role: str) -> None:
         ax.legend(loc="upper left", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no rated steps yet", transform=ax.transAxes, ha="center", color="grey")
+    _label_ends(ax, labels, colour)
     alive = sum(m.alive for m in members)
     ax.set_title(f"{role}s: {alive} alive, {len(members) - alive} replaced", fontsize=10)
     ax.set_ylabel("mu")
     ax.grid(alpha=0.3)
+
+
+def _label_ends(ax, labels: list[tuple[float, int, str]], colour: str) -> None:
+    """Name each alive member at its line's end, nudging labels apart so none overlap."""
+    if not labels:
+        return
+    low, high = ax.get_ylim()
+    gap = 0.045 * (high - low)
+    x_left, x_right = ax.get_xlim()
+    nudge = 0.008 * (x_right - x_left)
+    placed: list[float] = []
+    for y, x, name in sorted(labels):
+        y_text = max(y, placed[-1] + gap) if placed else y
+        placed.append(y_text)
+        ax.annotate(name, (x, y), xytext=(x + nudge, y_text), textcoords="data", fontsize=7,
+                    color=colour, va="center", ha="left",
+                    xycoords="data", annotation_clip=False)
