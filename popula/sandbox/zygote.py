@@ -1,38 +1,52 @@
-"""A warm sandbox worker: a small parent that forks one jailed child per job.
+"""A warm sandbox worker: a small parent that forks jailed children to run jobs.
 
 Started by the pool as `python3 -I -S zygote.py CONFIG_JSON` (isolated: no site
 packages, no environment, a fresh random string-hash seed). It imports the allowed
-modules once, then loops: read a batch of jobs from the pool, fork a child per job,
-supervise it, send the batch's results back. It never runs task code itself, so no task
-can stall, crash or poison it.
+modules once, then loops: read a batch of jobs from the pool, fork a child that runs
+them one after another, supervise it, send the batch's results back. It never runs task
+code itself, so no task can stall, crash or poison it.
+
+Why several jobs per child: a fork from this parent costs ~0.5-1 ms on the development
+machine, a small task ~0.1 ms; one fork per job would cap the verifier far below its
+target. A child runs the batch's jobs in order and reports each result as it finishes.
+If the child dies or overruns the wall clock, the job it was running gets the blame
+(timeout, crash) and a fresh child takes the rest of the batch. Jobs in one child are
+kept apart: each gets fresh builtins, fresh copies of the modules it imports, a reset
+decimal context and a garbage collection after it (so no finaliser of one job runs in
+the next); classes of the allowed modules are made immutable in this parent, before any
+fork, so a job cannot patch `collections.Counter` for the next one. A child that hit the
+memory limit exits after reporting, so later jobs get a clean heap.
 
 Each child, before touching task code, jails itself with the operating system:
 - its own process group (the supervisor kills the whole group on a wall-clock timeout);
 - when root: chroot into an empty read-only directory, drop to a uid of its own, no
   supplementary groups (so it can signal nothing and write nowhere);
-- RLIMIT_CPU (SIGXCPU/SIGKILL), RLIMIT_AS (memory), RLIMIT_FSIZE=0 (no file bytes),
-  RLIMIT_NPROC=0 (no fork, no threads), RLIMIT_CORE=0, RLIMIT_NOFILE;
-- the network is gone: the worker unshared a fresh, empty network namespace at start
-  (inherited by every child); where the kernel refuses, it says so in its hello message
-  and the pool warns;
+- RLIMIT_CPU (re-armed per job: SIGXCPU after cpu_s more seconds), RLIMIT_AS (memory),
+  RLIMIT_FSIZE=0 (no file bytes), RLIMIT_NPROC=0 (no fork, no threads), RLIMIT_CORE=0,
+  RLIMIT_NOFILE;
+- the network is gone: this worker unshared a fresh, empty network namespace at start
+  (inherited by every child); where the kernel refuses, its hello message says so and the
+  pool warns;
 - stdin/stdout/stderr are /dev/null and the pool's pipes are closed;
 - restricted builtins, module copies and an allow-list importer (rules.py).
-Job results go back over a pipe as JSON: {"ok": [repr, ...]} or {"err": reason, "detail"}.
 
 Determinism: the pool runs a task's two validation runs in two *different* workers. Each
 worker has its own hash seed (string hashes, so set iteration order of strings differ) and
 its own address-space layout (ASLR: id() and default object reprs differ); each child
-also shifts its heap by a random number of small allocations, so id()-derived values
-differ even where two layouts happen to agree modulo a page.
+also shifts its heap by a random number of small allocations.
 
-Protocol with the pool (the two pipe fds named in CONFIG_JSON): frames of a 4-byte big-endian length and a
-marshal payload. Pool -> worker: a list of jobs (job_id, kind, program_code, arg_codes,
-expr_code). Worker -> pool: a list of (job_id, result_json_bytes). The first frame the
-worker sends is its hello: {"pid", "hash_probe", "warnings"}.
+Protocol with the pool (the two pipe fds named in CONFIG_JSON): frames of a 4-byte
+big-endian length and a payload. Pool -> worker: marshal of a list of jobs
+(job_id, kind, program_code, arg_codes, expr_code). Worker -> pool: marshal of a list of
+(job_id, result_json_bytes), where the JSON is {"ok": [repr, ...]} or
+{"err": reason, "detail": text}. The worker's first frame is its JSON hello:
+{"pid", "hash_probe", "warnings"}.
 """
 
 import builtins
 import ctypes
+import decimal
+import gc
 import json
 import marshal
 import math
@@ -54,7 +68,10 @@ del sys.path[0]
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+Py_TPFLAGS_IMMUTABLETYPE = 1 << 8
 _FRAME = struct.Struct(">I")
+_DEVNULL = os.open(os.devnull, os.O_RDWR)
+_IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozenset, tuple)
 
 
 # ----------------------------------------------------------------------------- setup
@@ -94,33 +111,65 @@ def _die_with_parent():
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _module_copies():
-    """Import the allowed modules once; give tasks copies with public, safe attributes."""
+def _freeze_class(cls, warnings):
+    """Set Py_TPFLAGS_IMMUTABLETYPE on a heap class: `Cls.attr = x` then raises TypeError.
+
+    tp_flags is found by value (the word equal to cls.__flags__ at its known offset in
+    CPython 3.11-3.13); if the layout ever differs, nothing is written and we warn.
+    """
+    flags = cls.__flags__
+    if flags & Py_TPFLAGS_IMMUTABLETYPE:
+        return
+    word = ctypes.c_ulong.from_address(id(cls) + 168)
+    if word.value != flags:
+        if "layout" not in " ".join(warnings):
+            warnings.append("unknown type layout: classes of allowed modules stay mutable within a child")
+        return
+    word.value = flags | Py_TPFLAGS_IMMUTABLETYPE
+
+
+class _Submodule:
+    """Marks a submodule attribute (collections.abc) in a module table."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+def _module_tables(warnings):
+    """Import the allowed modules once; per module, the attributes tasks may see.
+
+    Kept: public callables, classes and immutable values; mutable containers are copied
+    per job (see _new_module); anything else (e.g. decimal.DefaultContext) is left out.
+    """
     real = {}
     for name in sorted(rules.ALLOWED_MODULES):
         __import__(name)
         real[name] = sys.modules[name]
-    copies = {name: types.ModuleType(name) for name in real}
+    tables = {}
     for name, module in real.items():
-        copy = copies[name]
+        table = {}
         for key, value in vars(module).items():
             if key.startswith("_") or (name, key) in rules.STRIPPED_ATTRIBUTES:
                 continue
             if isinstance(value, types.ModuleType):
-                if value.__name__ in copies and value.__name__.startswith(name + "."):
-                    setattr(copy, key, copies[value.__name__])
+                if value.__name__ in real and value.__name__.startswith(name + "."):
+                    table[key] = _Submodule(value.__name__)  # resolved per job
                 continue
-            setattr(copy, key, value)
-    return copies
+            if isinstance(value, type):
+                _freeze_class(value, warnings)
+                table[key] = value
+            elif callable(value) or isinstance(value, _IMMUTABLE_VALUES):
+                table[key] = value
+            elif isinstance(value, (list, dict, set)):
+                table[key] = value  # copied per job
+        tables[name] = table
+    return tables
 
 
-def _make_builtins(copies):
-    def safe_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level:
-            raise ImportError("relative imports are not allowed in the sandbox")
-        if name not in copies:
-            raise ImportError(f"import of {name!r} is not allowed in the sandbox")
-        return copies[name] if fromlist else copies[name.partition(".")[0]]
+def _make_builtins():
+    """The builtins every job starts from (a fresh dict per job, see _job_builtins)."""
 
     def _check(name):
         if isinstance(name, str) and name.startswith("_"):
@@ -150,7 +199,6 @@ def _make_builtins(copies):
 
     safe = {k: v for k, v in vars(builtins).items() if k not in rules.REMOVED_BUILTINS}
     safe.update(
-        __import__=safe_import,
         __build_class__=builtins.__build_class__,
         getattr=safe_getattr,
         setattr=safe_setattr,
@@ -164,7 +212,35 @@ def _make_builtins(copies):
 # ----------------------------------------------------------------------------- child side
 
 
-def _jail(cfg):
+def _job_builtins(base, tables):
+    """Fresh builtins with an importer whose module copies live for this job only."""
+    made = {}
+
+    def module(name):
+        if name not in made:
+            copy = types.ModuleType(name)
+            for key, value in tables[name].items():
+                if type(value) is _Submodule:
+                    value = module(value.name)
+                elif isinstance(value, (list, dict, set)):
+                    value = value.copy()
+                setattr(copy, key, value)
+            made[name] = copy
+        return made[name]
+
+    def safe_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level:
+            raise ImportError("relative imports are not allowed in the sandbox")
+        if name not in tables:
+            raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+        return module(name) if fromlist else module(name.partition(".")[0])
+
+    fresh = dict(base)
+    fresh["__import__"] = safe_import
+    return fresh
+
+
+def _jail(cfg, n_jobs):
     """Everything the child does to itself before task code runs; irreversible."""
     os.setpgid(0, 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails with an error instead
@@ -175,14 +251,22 @@ def _jail(cfg):
         os.setgid(cfg["uid"])
         os.setuid(cfg["uid"])
     mem = cfg["memory_bytes"]
-    cpu = cfg["cpu_s"]
+    cpu_hard = cfg["cpu_s"] * (n_jobs + 1) + 1
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cpu_hard))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
     sys.setrecursionlimit(cfg["recursion_limit"])
+    return cpu_hard
+
+
+def _arm_cpu_limit(cpu_s, cpu_hard):
+    """SIGXCPU once this job has used cpu_s more seconds of CPU (the limit is per process)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = min(cpu_hard, math.ceil(usage.ru_utime + usage.ru_stime) + cpu_s)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
 
 
 _HEAP_PAD = []
@@ -210,6 +294,8 @@ def _represent(value, limit):
         return None, ("output_too_large", f"{type(err).__name__}: {str(err)[:200]}")
     except BaseException as err:
         return None, ("unrepresentable", f"repr failed: {type(err).__name__}")
+    if type(text) is not str:
+        return None, ("unrepresentable", "repr did not return a string")
     if len(text) > limit:
         return None, ("output_too_large", f"output repr has {len(text)} characters (limit {limit})")
     try:
@@ -229,28 +315,30 @@ def _describe(err):
     return f"{type(err).__name__}: {message[:300]}"
 
 
-def _execute(job, safe_builtins, limit):
+def _execute(job, base_builtins, tables, limit):
     """Run one job inside the jailed child; return the result dict."""
     _, kind, program, arg_codes, expr = job
     outputs = []
     try:
         if kind == "expr":
-            scope = {"__builtins__": safe_builtins, "__name__": rules.TASK_MODULE_NAME}
+            scope = {"__builtins__": _job_builtins(base_builtins, tables), "__name__": rules.TASK_MODULE_NAME}
             items = [eval(expr, scope)]
         else:
             items = []
             for arg_code in arg_codes:
-                scope = {
-                    "__builtins__": safe_builtins,
+                scope = {  # fresh per input: inputs cannot see each other's state
+                    "__builtins__": _job_builtins(base_builtins, tables),
                     "__name__": rules.TASK_MODULE_NAME,
                     rules.ARGS_NAME: _args,
                 }
-                exec(program, scope)  # fresh per input: inputs cannot see each other's state
+                exec(program, scope)
                 f = scope.get("f")
                 if not callable(f):
                     return {"err": "no_entry_function", "detail": "the program defines no callable f"}
-                args, kwargs = eval(arg_code, scope)
-                items.append(f(*args, **kwargs))
+                packed = eval(arg_code, scope)
+                if not (type(packed) is tuple and len(packed) == 2 and type(packed[0]) is tuple and type(packed[1]) is dict):
+                    return {"err": "syntax", "detail": "the input is not a plain argument list"}
+                items.append(f(*packed[0], **packed[1]))
         for item in items:
             text, err = _represent(item, limit)
             if err:
@@ -259,27 +347,29 @@ def _execute(job, safe_builtins, limit):
         return {"ok": outputs}
     except MemoryError:
         return {"err": "memory", "detail": "MemoryError: the memory limit was reached"}
-    except RecursionError as err:
-        return {"err": "runtime_error", "detail": _describe(err)}
-    except BaseException as err:  # SystemExit, KeyboardInterrupt and friends included
+    except BaseException as err:  # SystemExit, KeyboardInterrupt, RecursionError included
         return {"err": "runtime_error", "detail": _describe(err)}
 
 
-def _child(job, cfg, safe_builtins, write_fd, close_fds):
+def _child(jobs, cfg, base_builtins, tables, write_fd, close_fds):
     try:
         os.dup2(_DEVNULL, 2)  # the worker's stderr stays with the pool; the child's is discarded
         for fd in (*close_fds, _DEVNULL):
             os.close(fd)
-        _jail(cfg)
+        cpu_hard = _jail(cfg, len(jobs))
         _jitter_heap()
-        result = _execute(job, safe_builtins, cfg["max_output_chars"])
-        try:
-            data = json.dumps(result).encode()
-        except BaseException:
-            data = b'{"err": "unrepresentable", "detail": "result could not be encoded"}'
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_fd, view):]
+        for job in jobs:
+            _arm_cpu_limit(cfg["cpu_s"], cpu_hard)
+            decimal.setcontext(decimal.Context())
+            result = _execute(job, base_builtins, tables, cfg["max_output_chars"])
+            gc.collect()  # finalisers of this job's garbage run now, on its clock
+            try:
+                data = json.dumps(result).encode()
+            except BaseException:
+                data = b'{"err": "unrepresentable", "detail": "result could not be encoded"}'
+            _send(write_fd, data)
+            if result.get("err") == "memory":
+                break  # a fresh child (clean heap) takes the rest of the batch
     except BaseException:
         pass
     os._exit(0)
@@ -292,13 +382,26 @@ def _err(reason, detail):
     return json.dumps({"err": reason, "detail": detail}).encode()
 
 
-def _supervise(pid, read_fd, cfg):
-    """Collect a child's result; kill its process group at the wall deadline or size cap."""
+def _blame(status, cfg):
+    """The result of a job whose child died under it (not by our wall-clock kill)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
+            return _err("timeout", f"killed after the CPU limit of {cfg['cpu_s']} s ({signal.Signals(sig).name})")
+        return _err("runtime_error", f"the process died from signal {signal.Signals(sig).name}")
+    return _err("runtime_error", f"exited without a result (exit status {os.WEXITSTATUS(status)})")
+
+
+def _supervise(pid, read_fd, n_jobs, cfg):
+    """Collect a child's per-job results; kill its group at a job's wall deadline or size cap.
+
+    Returns (results so far, result for the job that failed or None).
+    """
+    results, buffer, verdict = [], bytearray(), None
     deadline = time.monotonic() + cfg["wall_s"]
-    chunks, size, verdict = [], 0, None
     poller = select.poll()
     poller.register(read_fd, select.POLLIN | select.POLLHUP)
-    while True:
+    while len(results) < n_jobs:
         left = deadline - time.monotonic()
         if left <= 0:
             verdict = _err("timeout", f"killed after the wall-clock limit of {cfg['wall_s']} s")
@@ -308,9 +411,15 @@ def _supervise(pid, read_fd, cfg):
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:
             break
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > cfg["max_result_bytes"]:
+        buffer += chunk
+        while len(buffer) >= _FRAME.size:
+            (length,) = _FRAME.unpack_from(buffer)
+            if len(buffer) < _FRAME.size + length:
+                break
+            results.append(bytes(buffer[_FRAME.size : _FRAME.size + length]))
+            del buffer[: _FRAME.size + length]
+            deadline = time.monotonic() + cfg["wall_s"]
+        if len(buffer) > cfg["max_result_bytes"]:
             verdict = _err("output_too_large", f"result exceeds {cfg['max_result_bytes']} bytes")
             break
     if verdict is not None:
@@ -320,30 +429,35 @@ def _supervise(pid, read_fd, cfg):
             pass
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
-    if verdict is not None:
-        return verdict
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig in (signal.SIGXCPU, signal.SIGKILL):
-            return _err("timeout", f"killed after the CPU limit of {cfg['cpu_s']} s ({signal.Signals(sig).name})")
-        return _err("runtime_error", f"the process died from signal {signal.Signals(sig).name}")
-    data = b"".join(chunks)
-    if not data:
-        return _err("runtime_error", f"exited without a result (exit status {os.WEXITSTATUS(status)})")
-    return data
+    if verdict is None and len(results) < n_jobs and not _ended_cleanly(status, results):
+        verdict = _blame(status, cfg)
+    return results, verdict
 
 
-def _run_job(job, cfg, safe_builtins, proto_fds):
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        _child(job, cfg, safe_builtins, write_fd, (read_fd, *proto_fds))
-    os.close(write_fd)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass  # the child did it first, or already exited
-    return _supervise(pid, read_fd, cfg)
+def _ended_cleanly(status, results):
+    """A child exits 0 early only on purpose (after a memory error), having made progress."""
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and bool(results)
+
+
+def _run_batch(jobs, cfg, base_builtins, tables, proto_fds):
+    """Results for all jobs, forking a fresh child whenever one dies mid-batch."""
+    out = []
+    while len(out) < len(jobs):
+        rest = jobs[len(out) :]
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _child(rest, cfg, base_builtins, tables, write_fd, (read_fd, *proto_fds))
+        os.close(write_fd)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # the child did it first, or already exited
+        results, verdict = _supervise(pid, read_fd, len(rest), cfg)
+        out.extend(results)
+        if verdict is not None:
+            out.append(verdict)
+    return [(job[0], data) for job, data in zip(jobs, out)]
 
 
 def _read_exact(fd, n):
@@ -358,10 +472,9 @@ def _read_exact(fd, n):
 
 
 def _send(fd, payload):
-    data = _FRAME.pack(len(payload)) + payload
-    view = memoryview(data)
+    view = memoryview(_FRAME.pack(len(payload)) + payload)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def main():
@@ -380,7 +493,10 @@ def main():
             "not running as root: children cannot chroot or take a uid of their own; "
             "they rely on RLIMIT_NPROC, RLIMIT_FSIZE and the static checks alone"
         )
-    safe_builtins = _make_builtins(_module_copies())
+    tables = _module_tables(warnings)
+    base_builtins = _make_builtins()
+    gc.collect()
+    gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
     hello = {"pid": os.getpid(), "hash_probe": hash("popula hash probe"), "warnings": warnings}
     _send(proto_out, json.dumps(hello).encode())
     while True:
@@ -388,10 +504,8 @@ def main():
         if header is None:
             return
         jobs = marshal.loads(_read_exact(proto_in, _FRAME.unpack(header)[0]))
-        results = [(job[0], _run_job(job, cfg, safe_builtins, (proto_in, proto_out))) for job in jobs]
-        _send(proto_out, marshal.dumps(results))
+        _send(proto_out, marshal.dumps(_run_batch(jobs, cfg, base_builtins, tables, (proto_in, proto_out))))
 
-_DEVNULL = os.open(os.devnull, os.O_RDWR)
 
 if __name__ == "__main__":
     main()
