@@ -68,14 +68,11 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     def task_args() -> list[CodeType] | None:
         nonlocal arg_codes
         if arg_codes is None and plan.invalid is None:
-            codes = []
-            for i, text in enumerate(record.inputs):
-                compiled = policy.compile_arguments(text, cap, what=f"inputs[{i}]")
-                if isinstance(compiled, Rejection):
-                    plan.invalid = compiled
-                    return None
-                codes.append(compiled)
-            arg_codes = codes
+            compiled = policy.compile_argument_lists(record.inputs, cap)
+            if isinstance(compiled, Rejection):
+                plan.invalid = compiled
+            else:
+                arg_codes = compiled
         return arg_codes
 
     if not record.outputs:
@@ -100,11 +97,11 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         code = task_program()
         if code is None:
             return plan
-        args = policy.compile_arguments(answer, cap, what="answer")
+        args = policy.compile_argument_lists([answer], cap, what="answer")
         if isinstance(args, Rejection):
             plan.answer_rejection = args
         else:
-            plan.answer_job = ("run", code, [args], None)
+            plan.answer_job = ("run", code, args, None)
     else:  # code_f
         codes = task_args()
         if codes is None:

@@ -127,7 +127,7 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> N
         prev2, prev = prev, (op, arg)
     for const in code.co_consts:
         if isinstance(const, CodeType):
-            _check_code(const)
+            _check_code(const, skip_globals)
         elif isinstance(const, str) and _is_unsafe_dunder(const):
             # getattr(x, "__class__"), "__cla" + "ss__" (folded by the compiler), ...
             raise _Forbidden(f"contains the string {const!r}, a dunder attribute name")
@@ -182,20 +182,32 @@ def compile_program(source: str, max_chars: int, what: str = "program") -> CodeT
 _ARGS_ONLY = frozenset({rules.ARGS_NAME})
 
 
-def compile_arguments(source: str, max_chars: int, what: str = "input") -> CodeType | Rejection:
-    """An argument list `a, b=c` as an expression returning (args, kwargs); or why not.
+def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inputs") -> list[CodeType] | Rejection:
+    """Argument lists (`a, b=c` each) as code objects returning (args, kwargs); or why not.
 
-    The text is wrapped as `ARGS(<text>)`. An input that closes the parenthesis early
-    (`1), g(`) stays inside the same checked code object, so it can only make a
-    differently shaped expression, which the worker rejects when the result is not an
-    (args, kwargs) pair; it cannot escape the policy.
+    All lists of a task compile in one go (compiling is the pool's main cost): the
+    source is `(lambda: ARGS(\n<text 0>\n), lambda: ARGS(\n<text 1>\n), ...)` and each
+    lambda's code object is one input. An input that closes its parenthesis early to
+    smuggle code past its neighbours (`1), lambda: g(`) changes the number of lambdas or
+    the lines they start on, and is rejected; everything is checked by the same policy.
     """
-    if rejected := _too_long(source, what, max_chars):
-        return rejected
-    code = _compile(f"{rules.ARGS_NAME}(\n{source}\n)", "eval", what)
+    lines, starts, parts = 2, [], []
+    for i, text in enumerate(sources):
+        if rejected := _too_long(text, f"{what}[{i}]", max_chars):
+            return rejected
+        if "\r" in text:
+            return Rejection("syntax", f"{what}[{i}] contains a carriage return")
+        starts.append(lines)
+        parts.append(f"lambda: {rules.ARGS_NAME}(\n{text}\n),\n")
+        lines += text.count("\n") + 3
+    code = _compile("(\n" + "".join(parts) + ")", "eval", what)
     if isinstance(code, Rejection):
         return code
-    return _checked(code, what, _ARGS_ONLY)
+    lambdas = [c for c in code.co_consts if isinstance(c, CodeType)]
+    if [c.co_firstlineno for c in lambdas] != starts:
+        return Rejection("syntax", f"{what} are not separate argument lists")
+    checked = _checked(code, what, _ARGS_ONLY)
+    return checked if isinstance(checked, Rejection) else lambdas
 
 
 def compile_expression(source: str, max_chars: int, what: str = "answer") -> CodeType | Rejection:

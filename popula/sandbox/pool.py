@@ -249,13 +249,15 @@ class Sandbox:
         """
         if self._closed:
             raise SandboxError("this Sandbox is closed")
-        plans = [plan_record(record, self.limits) for record in records]
-        work = _Work(plans, self._n_slots, progress)
-        batch_size = max(1, min(_MAX_BATCH, -(-work.queued() // (self._n_slots * 4))))
+        work = _Work(records, self.limits, self._n_slots, progress)
+        # ~4 batches per worker, so the load balances, yet batches big enough to amortise forks
+        batch_size = max(1, min(_MAX_BATCH, -(-3 * len(records) // (self._n_slots * 4))))
         self._drive(work, batch_size)
-        return [assemble(plan, work.runs[i], work.answers[i]) for i, plan in enumerate(plans)]
+        return [assemble(plan, work.runs[i], work.answers[i]) for i, plan in enumerate(work.plans)]
 
     def _drive(self, work: _Work, batch_size: int) -> None:
+        """Plan records in small chunks while workers run the batches already planned."""
+        work.plan_more(2 * batch_size * self._n_slots)
         while not work.finished():
             busy = sum(1 for w in self._slots if w is not None and w.batch)
             for slot in range(self._n_slots):
@@ -268,9 +270,13 @@ class Sandbox:
                 if batch:
                     self._dispatch(worker, batch)
                     busy += 1
-            if busy == 0:
+            if work.unplanned():
+                work.plan_more(batch_size)  # overlaps with the workers' runs
+                timeout = 0.0
+            elif busy == 0:
                 raise SandboxError("sandbox scheduler stalled with work left")  # a bug, never expected
-            timeout = max(0.0, min(w.deadline for w in self._slots if w is not None and w.batch) - time.monotonic())
+            else:
+                timeout = max(0.0, min(w.deadline for w in self._slots if w is not None and w.batch) - time.monotonic())
             for key, _ in self._selector.select(timeout):
                 self._receive(key.data, work)
             now = time.monotonic()
@@ -329,9 +335,17 @@ class _Work:
     on two workers again) and late results of the old generation are ignored.
     """
 
-    def __init__(self, plans: list[Plan], n_slots: int, progress: Callable[[int], None] | None) -> None:
-        n = len(plans)
-        self.plans = plans
+    def __init__(
+        self,
+        records: Sequence[TaskRecord],
+        limits: Limits,
+        n_slots: int,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        n = len(records)
+        self.records = records
+        self.limits = limits
+        self.plans: list[Plan] = []
         self.progress = progress
         self.runs: list[list[RunResult]] = [[] for _ in range(n)]
         self.answers: list[RunResult | None] = [None] * n
@@ -341,24 +355,33 @@ class _Work:
         self.fresh: collections.deque[int] = collections.deque()
         self.second: list[collections.deque[_Unit]] = [collections.deque() for _ in range(n_slots)]
         self.answer_queue: collections.deque[_Unit] = collections.deque()
-        for i, plan in enumerate(plans):
-            if plan.invalid is not None:
-                continue
-            if plan.validate is not None:
-                self.fresh.append(i)
-                self.remaining[i] += 2
-            if plan.answer_job is not None:
-                self.answer_queue.append(_Unit(i, "answer", plan.answer_job))
-                self.remaining[i] += 1
-        self.left = sum(1 for r in self.remaining if r)
-        if progress and n - self.left:
-            progress(n - self.left)
+        self.left = n
+
+    def unplanned(self) -> int:
+        return len(self.records) - len(self.plans)
+
+    def plan_more(self, count: int) -> None:
+        """Check and compile the next `count` records and queue their runs."""
+        done = 0
+        for record in self.records[len(self.plans) : len(self.plans) + count]:
+            i = len(self.plans)
+            plan = plan_record(record, self.limits)
+            self.plans.append(plan)
+            if plan.invalid is None:
+                if plan.validate is not None:
+                    self.fresh.append(i)
+                    self.remaining[i] += 2
+                if plan.answer_job is not None:
+                    self.answer_queue.append(_Unit(i, "answer", plan.answer_job))
+                    self.remaining[i] += 1
+            if self.remaining[i] == 0:
+                done += 1
+        self.left -= done
+        if self.progress and done:
+            self.progress(done)
 
     def finished(self) -> bool:
         return self.left == 0
-
-    def queued(self) -> int:
-        return 2 * len(self.fresh) + len(self.answer_queue) + sum(map(len, self.second))
 
     def take(self, slot: int, n: int) -> list[_Unit]:
         batch: list[_Unit] = []

@@ -37,7 +37,8 @@ also shifts its heap by a random number of small allocations.
 
 Protocol with the pool (the two pipe fds named in CONFIG_JSON): frames of a 4-byte
 big-endian length and a payload. Pool -> worker: marshal of a list of jobs
-(job_id, kind, program_code, arg_codes, expr_code). Worker -> pool: marshal of a list of
+(job_id, kind, program_code, arg_codes, expr_code); an arg code is the code of a
+lambda returning (args, kwargs) (see policy.compile_argument_lists). Worker -> pool: marshal of a list of
 (job_id, result_json_bytes), where the JSON is {"ok": [repr, ...]} or
 {"err": reason, "detail": text}. The worker's first frame is its JSON hello:
 {"pid", "hash_probe", "warnings"}.
@@ -335,7 +336,7 @@ def _execute(job, base_builtins, tables, limit):
                 f = scope.get("f")
                 if not callable(f):
                     return {"err": "no_entry_function", "detail": "the program defines no callable f"}
-                packed = eval(arg_code, scope)
+                packed = types.FunctionType(arg_code, scope)()
                 if not (type(packed) is tuple and len(packed) == 2 and type(packed[0]) is tuple and type(packed[1]) is dict):
                     return {"err": "syntax", "detail": "the input is not a plain argument list"}
                 items.append(f(*packed[0], **packed[1]))
