@@ -200,9 +200,15 @@ def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inpu
         starts.append(lines)
         parts.append(f"lambda: {rules.ARGS_NAME}(\n{text}\n),\n")
         lines += text.count("\n") + 3
-    code = _compile("(\n" + "".join(parts) + ")", "eval", what)
-    if isinstance(code, Rejection):
-        return code
+    try:
+        code = compile("(\n" + "".join(parts) + ")", f"<{what}>", "eval", dont_inherit=True)
+    except SyntaxError as err:
+        line = err.lineno or 0
+        i = max((k for k, start in enumerate(starts) if start <= line), default=0)
+        name = what if len(sources) == 1 else f"{what}[{i}]"
+        return Rejection("syntax", f"{name}: {err.msg}")
+    except (ValueError, RecursionError, MemoryError, OverflowError) as err:
+        return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
     lambdas = [c for c in code.co_consts if isinstance(c, CodeType)]
     if [c.co_firstlineno for c in lambdas] != starts:
         return Rejection("syntax", f"{what} are not separate argument lists")

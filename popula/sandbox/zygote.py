@@ -266,7 +266,7 @@ def _jail(cfg, n_jobs):
 def _arm_cpu_limit(cpu_s, cpu_hard):
     """SIGXCPU once this job has used cpu_s more seconds of CPU (the limit is per process)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = min(cpu_hard, math.ceil(usage.ru_utime + usage.ru_stime) + cpu_s)
+    soft = min(cpu_hard, math.ceil(usage.ru_utime + usage.ru_stime + cpu_s))
     resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
 
 

@@ -1,0 +1,83 @@
+"""`popula verify TASKS.jsonl [--out FILE] [--workers N]`: validate tasks, judge answers.
+
+Writes one DESIGN 3.2 result line per record, in input order, to stdout or --out, and a
+summary line to stderr (valid n/N, correct n/M, tasks/s). A progress bar (stderr)
+appears for files big enough to wait on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+_PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth drawing
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="validate tasks and judge answers in the sandbox",
+        description=(
+            "Validate the task records of a JSONL file in the sandbox (parse, policy, limits, "
+            "determinism), fill in their outputs, and judge any answers. One JSON result per "
+            "record, same order; a summary on stderr."
+        ),
+    )
+    parser.add_argument("tasks", metavar="TASKS.jsonl", help="task records, one JSON object per line")
+    parser.add_argument("--out", metavar="FILE", help="write results here instead of stdout")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sandbox workers running at once (default: the number of CPU cores)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from popula.errors import PopulaError
+    from popula.sandbox import Sandbox
+    from popula.tasks.records import read_records, write_jsonl
+
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if workers < 1:
+        raise PopulaError(f"--workers must be at least 1, got {workers}")
+    records = read_records(args.tasks)
+    start = time.perf_counter()
+    bar = None
+    if len(records) >= _PROGRESS_FROM:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(records), unit="task", file=sys.stderr, desc="verify")
+    try:
+        with Sandbox(workers=workers) as sandbox:
+            results = sandbox.verify(records, progress=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    elapsed = time.perf_counter() - start
+    rows = [result.to_json() for result in results]
+    if args.out:
+        try:
+            write_jsonl(args.out, rows)
+        except OSError as err:
+            raise PopulaError(f"{args.out}: cannot write the results ({err.strerror or err})") from None
+    else:
+        out = sys.stdout
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        out.flush()
+    valid = sum(r.valid for r in results)
+    judged = [r for r in results if r.correct is not None]
+    correct = sum(bool(r.correct) for r in judged)
+    rate = len(records) / elapsed if elapsed > 0 else float("inf")
+    print(
+        f"popula verify: valid {valid}/{len(results)}, correct {correct}/{len(judged)}, "
+        f"{rate:.0f} tasks/s ({elapsed:.2f} s, {workers} workers)",
+        file=sys.stderr,
+    )
+    return 0
