@@ -15,9 +15,12 @@ from popula.errors import PopulaError
 
 # Subcommand modules, in the order `popula --help` lists them.
 COMMANDS: list[str] = [
+    "run",
     "verify",
     "plot",
     "leaderboard",
+    "pretrain",
+    "tasks",
 ]
 
 

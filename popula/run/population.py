@@ -1,0 +1,246 @@
+"""`popula run`: a whole population self-play run on one machine, resumable.
+
+Data flow of one step (DESIGN 1 and 2):
+
+    league.match ─► SelfPlay.play (engine + sandbox) ─► learner.step ─► store.save
+         ▲                                                                  │
+         └──── league.record_match / end_step ◄── evolution every K steps ◄─┘
+
+and what it writes (DESIGN 3.3): config.yaml, metrics.jsonl, league.json, adapters/,
+tasks.jsonl, checkpoints/. Everything a resume needs is in the newest checkpoint;
+files outside it (metrics, task log) are cut back to the checkpoint's step on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from popula.config import Config
+from popula.engines.base import AdapterRef
+from popula.errors import PopulaError
+from popula.league import League, LeagueConfig
+from popula.run.buffer import TaskBuffer
+from popula.run.checkpoint import Checkpoints
+from popula.run.metrics import MetricsLog, summary_line
+from popula.run.rundir import GracefulStop, prepare_run_dir
+from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
+from popula.run.step_metrics import step_row
+
+
+@dataclass
+class Roster:
+    """Which adapter each league member trains, and the counters that name new members.
+
+    In a population every member is its own adapter; in the single-agent baseline the
+    one teacher and the one student are two league entries of the same adapter.
+    """
+
+    adapter_of: dict[str, str]
+    next_index: dict[str, int]
+
+    def new_name(self, role: str) -> str:
+        prefix = "T" if role == "teacher" else "S"
+        index = self.next_index[prefix]
+        self.next_index[prefix] = index + 1
+        return f"{prefix}{index}"
+
+    @property
+    def adapters(self) -> list[str]:
+        return sorted(set(self.adapter_of.values()))
+
+
+class PopulationRun:
+    """Owns every component of a run; `train()` runs steps until done or stopped."""
+
+    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False) -> None:
+        from transformers import AutoTokenizer
+
+        from popula.adapters import AdapterStore
+        from popula.engines import create_engine
+        from popula.learner import PopulationLearner
+        from popula.model.base import resolve_base_model
+        from popula.sandbox import Sandbox
+        from popula.tasks.prompts import prompt_format, stop_token_ids
+
+        self.cfg = cfg
+        self.run_dir = run_dir
+        prepare_run_dir(run_dir, cfg, resume)
+        _seed_everything(cfg.seed)
+        self.base_path = resolve_base_model(cfg.base_model)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
+        self.store = AdapterStore(run_dir / "adapters", self.base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
+                                  target_modules=cfg.lora.target_modules, seed=cfg.seed)
+        self.checkpoints = Checkpoints(run_dir / "checkpoints")
+        self.metrics = MetricsLog(run_dir)
+        self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size)
+        self.rng = np.random.default_rng(cfg.seed)
+        n_adapters = 1 if cfg.population.single_agent else cfg.population.teachers + cfg.population.students
+        self.learner = PopulationLearner(self.base_path, cfg.lora, cfg.learner, seed=cfg.seed)
+        self.engine = create_engine(cfg.engine, self.base_path, max_adapters=n_adapters + 1,
+                                    max_rank=cfg.lora.rank, seed=cfg.seed, target_modules=cfg.lora.target_modules)
+        self.sandbox = Sandbox(workers=cfg.sandbox.workers)
+        g = cfg.generation
+        self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,
+                             stop_token_ids(self.tokenizer),
+                             PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
+                                          g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
+                                          g.student_max_tokens))
+        if resume:
+            self.step = self._restore()
+        else:
+            self.step = 0
+            self._start()
+
+    # -- start and resume ------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        from popula.tasks.generator import generate_tasks
+
+        cfg = self.cfg
+        self.league = League(LeagueConfig())
+        if cfg.population.single_agent:
+            self.roster = Roster({"T0": "A0", "S0": "A0"}, {"T": 1, "S": 1})
+        else:
+            names = [f"T{i}" for i in range(cfg.population.teachers)] + [f"S{i}" for i in range(cfg.population.students)]
+            self.roster = Roster({n: n for n in names}, {"T": cfg.population.teachers, "S": cfg.population.students})
+        for member in self.roster.adapter_of:
+            self.league.add_member(member, "teacher" if member.startswith("T") else "student")
+        for adapter in self.roster.adapters:
+            ref = self.store.create(adapter)
+            self.learner.add_adapter(adapter, self.store.load(ref).state_dict)
+        # The buffer starts from generated seed tasks; a seed offset keeps them apart from
+        # the held-out sets `popula tasks` writes.
+        seeds = generate_tasks(cfg.tasks.seed_tasks, seed=cfg.seed + 10_000, types=cfg.tasks.types,
+                               namespace="seed", workers=cfg.sandbox.workers)
+        self.buffer.add(seeds, step=0, teacher="seed", rhos=[None] * len(seeds))
+        self.league.save(self.run_dir / "league.json")
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        def write(d: Path) -> None:
+            torch.save(self.learner.state_dict(), d / "learner.pt")
+            self.league.save(d / "league.json")
+            state = {
+                "step": self.step,
+                "roster": {"adapter_of": self.roster.adapter_of, "next_index": self.roster.next_index},
+            }
+            (d / "state.json").write_text(json.dumps(state, indent=1))
+            (d / "rng.pkl").write_bytes(pickle.dumps({
+                "numpy": self.rng.bit_generator.state,
+                "python": random.getstate(),
+                "torch": torch.get_rng_state(),
+            }))
+
+        self.checkpoints.save(self.step, write)
+
+    def _restore(self) -> int:
+        path = self.checkpoints.load()
+        state = json.loads((path / "state.json").read_text())
+        step = int(state["step"])
+        self.roster = Roster(state["roster"]["adapter_of"], state["roster"]["next_index"])
+        self.league = League.load(path / "league.json")
+        self.league.save(self.run_dir / "league.json")
+        try:
+            self.learner.load_state_dict(torch.load(path / "learner.pt", weights_only=False))
+            rng = pickle.loads((path / "rng.pkl").read_bytes())
+        except Exception as err:  # noqa: BLE001 - any unreadable payload is a corrupt checkpoint
+            raise PopulaError(f"{path}: checkpoint cannot be restored ({err})") from err
+        self.rng.bit_generator.state = rng["numpy"]
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+        # New versions carry the checkpoint's weights, so nothing written after it is served.
+        for adapter in self.roster.adapters:
+            self.store.save(adapter, self.learner.adapter_state(adapter))
+        self.buffer.restore(up_to_step=step)
+        self.metrics.truncate_after(step)
+        print(f"popula run: resumed {self.run_dir} at step {step}")
+        return step
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def train(self) -> None:
+        with GracefulStop() as stop:
+            try:
+                while self.step < self.cfg.run.steps and not stop.requested:
+                    self.step += 1
+                    row = self._one_step(self.step)
+                    self.metrics.write(row)
+                    print(summary_line(row), flush=True)
+                    if self.step % self.cfg.run.checkpoint_every == 0:
+                        self._checkpoint()
+            finally:
+                if self.checkpoints.latest_step() != self.step:
+                    self._checkpoint()
+                self.close()
+
+    def _one_step(self, step: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        matches = self.league.match(self.rng)
+        refs: dict[str, AdapterRef] = {m: self.store.latest(a) for m, a in self.roster.adapter_of.items()}
+        t0 = time.perf_counter()
+        game = self.play.play(step, matches, refs, self.buffer, self.rng, self.cfg.seed)
+        play_s = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        learn = self.learner.step(self._training_samples(game))
+        for adapter in self.roster.adapters:
+            self.store.save(adapter, self.learner.adapter_state(adapter))
+        update_s = time.perf_counter() - t0
+
+        for match in matches:
+            self.league.record_match(step, match.teacher, match.student, match_results(game, match))
+        self.league.end_step(step)
+        self._add_to_buffer(step, game)
+        evolved = self._evolve(step)
+        self.league.save(self.run_dir / "league.json")
+        return step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start,
+                        phases={"play_s": play_s, "verify_s": game.verify_s, "update_s": update_s})
+
+    def _training_samples(self, game: StepGame) -> list[Any]:
+        from popula.learner import Rollout
+
+        samples = []
+        for i, p in enumerate(game.proposals):
+            samples.append(Rollout(adapter=self.roster.adapter_of[p.teacher], role="teacher", task_type=p.task_type,
+                                   group=f"teacher:{p.task_type}", prompt_ids=p.prompt_ids,
+                                   completion_ids=p.sample.token_ids, sampler_logprobs=p.sample.logprobs,
+                                   adapter_version=p.adapter.version, reward=p.reward))
+        for a in game.attempts:
+            p = game.proposals[a.proposal]
+            samples.append(Rollout(adapter=self.roster.adapter_of[a.student], role="student", task_type=p.task_type,
+                                   group=f"student:{a.proposal}:{a.student}", prompt_ids=a.prompt_ids,
+                                   completion_ids=a.sample.token_ids, sampler_logprobs=a.sample.logprobs,
+                                   adapter_version=a.adapter.version, reward=a.reward))
+        return samples
+
+    def _add_to_buffer(self, step: int, game: StepGame) -> None:
+        by_teacher: dict[str, list] = {}
+        for p in game.proposals:
+            if p.valid:
+                by_teacher.setdefault(p.teacher, []).append(p)
+        for teacher, props in by_teacher.items():
+            rhos = [float(np.mean(list(p.rhos.values()))) if p.rhos else None for p in props]
+            self.buffer.add([p.task for p in props], step=step, teacher=teacher, rhos=rhos)
+
+    def _evolve(self, step: int) -> list[dict[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.sandbox.close()
+        self.engine.close()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

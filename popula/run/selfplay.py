@@ -1,0 +1,199 @@
+"""One self-play step's game, phases 2-4 of DESIGN 1: propose, validate, solve, judge.
+
+This module plays; it does not learn. It turns the step's matches into `Proposal`s (one
+per teacher completion) and `Attempt`s (one per student rollout), each carrying the
+sampler's token ids, log-probabilities and adapter version for the learner, and the
+verifier's verdict and reward. Rewards come from `popula.rewards` only.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from popula.engines.base import AdapterRef, Engine, GenerationRequest, Sample
+from popula.league import Match, TaskResult
+from popula.rewards import solve_rate, student_reward, teacher_reward
+from popula.run.buffer import TaskBuffer
+from popula.sandbox import Sandbox
+from popula.tasks.prompts import PromptFormat
+from popula.tasks.records import TaskRecord, VerifyResult
+
+
+@dataclass
+class Proposal:
+    """One teacher completion and what became of it."""
+
+    teacher: str
+    task_type: str
+    prompt_ids: list[int]
+    sample: Sample
+    adapter: AdapterRef
+    task: TaskRecord | None  # None: no task could be parsed from the completion
+    verdict: VerifyResult | None = None
+    rhos: dict[str, float] = field(default_factory=dict)  # matched student -> solve rate
+    reward: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        return self.verdict is not None and self.verdict.valid
+
+
+@dataclass
+class Attempt:
+    """One student rollout on one valid task."""
+
+    student: str
+    proposal: int  # index into the step's proposals
+    prompt_ids: list[int]
+    sample: Sample
+    adapter: AdapterRef
+    answer: str | None  # None: malformed, no answer could be parsed
+    correct: bool | None = None
+    reward: float = 0.0
+
+
+@dataclass
+class StepGame:
+    proposals: list[Proposal]
+    attempts: list[Attempt]
+    verify_s: float = 0.0
+    verified: int = 0
+
+
+@dataclass(frozen=True)
+class PlaySettings:
+    types: Sequence[str]
+    proposals_per_type: int
+    references: int
+    rollouts: int
+    temperature: float
+    top_p: float
+    teacher_max_tokens: int
+    student_max_tokens: int
+
+
+class SelfPlay:
+    """Plays one step: the pieces it needs are handed in, so each stays testable alone."""
+
+    def __init__(self, engine: Engine, sandbox: Sandbox, fmt: PromptFormat, tokenizer: Any,
+                 stop_ids: list[int], settings: PlaySettings) -> None:
+        self.engine = engine
+        self.sandbox = sandbox
+        self.fmt = fmt
+        self.tokenizer = tokenizer
+        self.stop_ids = stop_ids
+        self.settings = settings
+
+    def encode(self, text: str) -> list[int]:
+        """Prompt ids as the base saw them in training: BOS (if any) then the text."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        return ([bos] if bos is not None and not text.startswith(self.tokenizer.bos_token or "\0") else []) + ids
+
+    def play(self, step: int, matches: Sequence[Match], adapters: dict[str, AdapterRef],
+             buffer: TaskBuffer, rng: np.random.Generator, seed: int) -> StepGame:
+        """Phases 2-4 for all matches; `adapters` maps member name -> adapter version."""
+        s = self.settings
+        teachers = sorted({m.teacher for m in matches})
+        students_of: dict[str, list[str]] = defaultdict(list)
+        for m in matches:
+            students_of[m.teacher].append(m.student)
+
+        # (2) every teacher proposes, shown K references drawn from the buffer
+        plan: list[tuple[str, str, list[int]]] = []
+        for teacher in teachers:
+            for task_type in s.types:
+                for _ in range(s.proposals_per_type):
+                    refs = buffer.sample(task_type, s.references, rng)
+                    plan.append((teacher, task_type, self.encode(self.fmt.teacher_prompt(task_type, refs))))
+        requests = [
+            GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.temperature, top_p=s.top_p,
+                              max_tokens=s.teacher_max_tokens, seed=_seed(seed, step, 0, i),
+                              stop_token_ids=self.stop_ids)
+            for i, (t, _, ids) in enumerate(plan)
+        ]
+        proposals = []
+        for i, ((teacher, task_type, ids), result) in enumerate(zip(plan, self.engine.generate(requests, progress=True))):
+            sample = result.samples[0]
+            task = self.fmt.parse_proposal(sample.text, task_type)
+            if task is not None:
+                task.id = f"s{step}-{teacher}-{i}"
+            proposals.append(Proposal(teacher, task_type, ids, sample, adapters[teacher], task))
+
+        # (3) the sandbox validates them and computes outputs
+        game = StepGame(proposals, [])
+        parsed = [p for p in proposals if p.task is not None]
+        for p, verdict in zip(parsed, self._verify(game, [p.task for p in parsed])):
+            p.verdict = verdict
+            if verdict.valid:
+                p.task.outputs = verdict.outputs
+
+        # (4) each matched student answers every valid task with n rollouts
+        jobs = [(i, student) for i, p in enumerate(proposals) if p.valid for student in students_of[p.teacher]]
+        student_prompts = [self.encode(self.fmt.student_prompt(proposals[i].task)) for i, _ in jobs]
+        requests = [
+            GenerationRequest(prompt_ids=ids, adapter=adapters[student], n=s.rollouts, temperature=s.temperature,
+                              top_p=s.top_p, max_tokens=s.student_max_tokens, seed=_seed(seed, step, 1, j),
+                              stop_token_ids=self.stop_ids)
+            for j, ((_, student), ids) in enumerate(zip(jobs, student_prompts))
+        ]
+        results = self.engine.generate(requests, progress=True) if requests else []
+        for (i, student), ids, result in zip(jobs, student_prompts, results):
+            for sample in result.samples:
+                answer = self.fmt.parse_answer(sample.text, proposals[i].task_type)
+                game.attempts.append(Attempt(student, i, ids, sample, adapters[student], answer))
+
+        to_judge = [a for a in game.attempts if a.answer is not None]
+        judged = []
+        for a in to_judge:
+            record = copy.copy(proposals[a.proposal].task)
+            record.answer = a.answer
+            judged.append(record)
+        for a, verdict in zip(to_judge, self._verify(game, judged)):
+            a.correct = bool(verdict.correct)
+        _score(game)
+        return game
+
+    def _verify(self, game: StepGame, records: list[TaskRecord]) -> list[VerifyResult]:
+        if not records:
+            return []
+        start = time.perf_counter()
+        verdicts = self.sandbox.verify(records)
+        game.verify_s += time.perf_counter() - start
+        game.verified += len(records)
+        return verdicts
+
+
+def _score(game: StepGame) -> None:
+    """Solve rates per (task, student), then teacher and student rewards (DESIGN 1)."""
+    by_pair: dict[tuple[int, str], list[bool]] = defaultdict(list)
+    for a in game.attempts:
+        a.reward = student_reward(a.answer is not None, a.correct)
+        by_pair[(a.proposal, a.student)].append(bool(a.correct))
+    for (i, student), correct in by_pair.items():
+        game.proposals[i].rhos[student] = solve_rate(correct)
+    for p in game.proposals:
+        if p.valid:
+            p.reward = float(np.mean([teacher_reward(True, rho) for rho in p.rhos.values()])) if p.rhos else 0.0
+        else:
+            p.reward = teacher_reward(False, None)
+
+
+def match_results(game: StepGame, match: Match) -> list[TaskResult]:
+    """What the league rates for one match: each of the teacher's tasks, valid or not."""
+    return [
+        TaskResult(valid=p.valid, rho=p.rhos.get(match.student) if p.valid else None)
+        for p in game.proposals
+        if p.teacher == match.teacher and (not p.valid or match.student in p.rhos)
+    ]
+
+
+def _seed(seed: int, step: int, phase: int, index: int) -> int:
+    """A request's sampling seed from (run seed, step, phase, index): resumes replay exactly."""
+    return (seed * 1_000_003 + step * 7_919 + phase * 104_729 + index) % (2**31 - 1)
