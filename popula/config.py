@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from popula.errors import PopulaError
+from popula.league.schema import LeagueConfig
 
 
 class _Section(BaseModel):
@@ -73,6 +74,12 @@ class SandboxConfig(_Section):
     workers: int = Field(2, ge=1)
 
 
+class LeagueSection(LeagueConfig):
+    """TrueSkill and PFSP settings (popula.league.LeagueConfig), strict about unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
 class RunConfig(_Section):
     steps: int = Field(60, ge=1)
     checkpoint_every: int = Field(5, ge=1)
@@ -89,6 +96,7 @@ class Config(_Section):
     tasks: TasksConfig = TasksConfig()
     generation: GenerationConfig = GenerationConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    league: LeagueSection = LeagueSection()
     run: RunConfig = RunConfig()
 
     def to_yaml(self) -> str:

@@ -66,3 +66,9 @@ def test_override_into_a_scalar_is_refused(tmp_path):
 def test_resolved_config_round_trips_through_yaml(tmp_path):
     cfg = load_config(None, ["population.teachers=2", "engine=vllm"])
     assert load_config(write(tmp_path, cfg.to_yaml())) == cfg
+
+
+def test_league_section_is_validated_strictly(tmp_path):
+    assert load_config(None, ["league.weighting=hard"]).league.weighting == "hard"
+    with pytest.raises(PopulaError, match=r"league\.weigthing"):
+        load_config(None, ["league.weigthing=hard"])

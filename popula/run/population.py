@@ -106,7 +106,7 @@ class PopulationRun:
         from popula.tasks.generator import generate_tasks
 
         cfg = self.cfg
-        self.league = League(LeagueConfig())
+        self.league = League(LeagueConfig(**cfg.league.model_dump()))
         if cfg.population.single_agent:
             self.roster = Roster({"T0": "A0", "S0": "A0"}, {"T": 1, "S": 1})
         else:
