@@ -108,7 +108,7 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> N
                 if attr.startswith("__") and attr.endswith("__"):
                     if attr not in rules.SAFE_DUNDER_ATTRIBUTES:
                         raise _Forbidden(f"uses the dunder attribute {attr!r}")
-                elif not (
+                elif attr not in rules.PUBLIC_UNDERSCORE_ATTRIBUTES and not (
                     prev[0] in _LOCAL_OPS and _local_name(code, *prev) in rules.PRIVATE_ATTRIBUTE_RECEIVERS
                 ):
                     raise _Forbidden(f"uses the private attribute {attr!r}")
@@ -140,7 +140,7 @@ def _is_unsafe_dunder(text: str) -> bool:
         and text.endswith("__")
         and text[2:-2].isidentifier()
         and text not in rules.SAFE_DUNDER_ATTRIBUTES
-        and text != "__name__"
+        and text not in ("__name__", "__main__")
     )
 
 
@@ -210,7 +210,9 @@ def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inpu
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
         return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
     lambdas = [c for c in code.co_consts if isinstance(c, CodeType)]
-    if [c.co_firstlineno for c in lambdas] != starts:
+    spans = [(c.co_firstlineno, max((p[1] or 0) for p in c.co_positions())) for c in lambdas]
+    expected = [(start, start + text.count("\n") + 2) for start, text in zip(starts, sources)]
+    if spans != expected:  # each call must close on its own closing line
         return Rejection("syntax", f"{what} are not separate argument lists")
     checked = _checked(code, what, _ARGS_ONLY)
     return checked if isinstance(checked, Rejection) else lambdas

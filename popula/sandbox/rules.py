@@ -139,6 +139,9 @@ FRAME_ATTRIBUTES: frozenset[str] = frozenset(
     }
 )
 
+# Single-underscore attributes that are public API (namedtuple's), allowed on any receiver.
+PUBLIC_UNDERSCORE_ATTRIBUTES: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
+
 # Receivers on which a program may use single-underscore attributes (its own classes).
 PRIVATE_ATTRIBUTE_RECEIVERS: frozenset[str] = frozenset({"self", "cls", "other"})
 
