@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 _PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth drawing
 
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise PopulaError(f"--workers must be at least 1, got {workers}")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise PopulaError(f"--out {args.out}: the directory {Path(args.out).resolve().parent} does not exist")
     records = read_records(args.tasks)
     start = time.perf_counter()
     bar = None

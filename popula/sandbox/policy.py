@@ -189,7 +189,10 @@ def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inpu
     source is `(lambda: ARGS(\n<text 0>\n), lambda: ARGS(\n<text 1>\n), ...)` and each
     lambda's code object is one input. An input that closes its parenthesis early to
     smuggle code past its neighbours (`1), lambda: g(`) changes the number of lambdas or
-    the lines they start on, and is rejected; everything is checked by the same policy.
+    the lines they start and end on, and is rejected. What this does not catch is an input
+    that closes its call and continues it on the same lines (`1)[0:0] + ((5,), {}`): that
+    still runs only policy-checked code in the sandbox, and the worker refuses any result
+    that is not an (args, kwargs) pair, so the worst case is an oddly written input.
     """
     lines, starts, parts = 2, [], []
     for i, text in enumerate(sources):
@@ -203,10 +206,7 @@ def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inpu
     try:
         code = compile("(\n" + "".join(parts) + ")", f"<{what}>", "eval", dont_inherit=True)
     except SyntaxError as err:
-        line = err.lineno or 0
-        i = max((k for k, start in enumerate(starts) if start <= line), default=0)
-        name = what if len(sources) == 1 else f"{what}[{i}]"
-        return Rejection("syntax", f"{name}: {err.msg}")
+        return _blame_input(sources, what, err)
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
         return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
     lambdas = [c for c in code.co_consts if isinstance(c, CodeType)]
@@ -216,6 +216,18 @@ def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inpu
         return Rejection("syntax", f"{what} are not separate argument lists")
     checked = _checked(code, what, _ARGS_ONLY)
     return checked if isinstance(checked, Rejection) else lambdas
+
+
+def _blame_input(sources: list[str], what: str, err: SyntaxError) -> Rejection:
+    """Name the input that broke the joint compile (the failure path only, so cost is moot)."""
+    for i, text in enumerate(sources):
+        try:
+            compile(f"{rules.ARGS_NAME}(\n{text}\n)", "<input>", "eval", dont_inherit=True)
+        except SyntaxError as own:
+            return Rejection("syntax", f"{what if len(sources) == 1 else f'{what}[{i}]'}: {own.msg}")
+        except (ValueError, RecursionError, MemoryError, OverflowError) as own:
+            return Rejection("syntax", f"{what}[{i}]: {type(own).__name__}: {own}")
+    return Rejection("syntax", f"{what}: {err.msg}")
 
 
 def compile_expression(source: str, max_chars: int, what: str = "answer") -> CodeType | Rejection:

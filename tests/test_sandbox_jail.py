@@ -1,0 +1,142 @@
+"""The operating-system jail holds even for code that got past every Python-level check.
+
+These tests run arbitrary (trusted test) code inside a child jailed exactly as a worker
+jails its children (zygote._jail after zygote._isolate_network), standing in for a task
+that found an escape from the policy: it still cannot fork, write a file, reach the
+network, signal other processes, exceed its memory or burn CPU unbounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import popula.sandbox
+
+ZYGOTE = Path(popula.sandbox.__file__).with_name("zygote.py")
+
+SCRIPT = r"""
+import importlib.util, json, os, signal, socket, sys, tempfile, time
+spec = importlib.util.spec_from_file_location("zygote_under_test", sys.argv[1])
+z = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(z)
+target, port = sys.argv[2], int(sys.argv[3])
+warnings = []
+z._isolate_network(warnings)
+jail = tempfile.mkdtemp()
+os.chmod(jail, 0o555)
+cfg = dict(root=os.geteuid() == 0, jail_dir=jail, uid=1_600_000_123, memory_bytes=256 << 20,
+           cpu_s=1, recursion_limit=1000)
+
+def jailed(body):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            z._jail(cfg, 1)
+            os.write(w, json.dumps(body()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    start = time.monotonic()
+    data = b"".join(iter(lambda: os.read(r, 65536), b""))
+    _, status = os.waitpid(pid, 0)
+    return data, status, time.monotonic() - start
+
+def attacks():
+    out = {}
+    def attempt(name, fn):
+        try:
+            fn()
+            out[name] = "succeeded"
+        except BaseException as err:
+            out[name] = type(err).__name__
+    def fork():
+        if os.fork() == 0:
+            os._exit(0)
+    attempt("fork", fork)
+    attempt("write_file", lambda: open(target, "w").write("pwned") and open(target).close())
+    attempt("connect", lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
+    attempt("signal_parent", lambda: os.kill(os.getppid(), 0))
+    attempt("allocate_512MB", lambda: bytearray(512 << 20))
+    return out
+
+def burn():
+    while True:
+        pass
+
+data, status, _ = jailed(attacks)
+_, burn_status, burn_s = jailed(burn)
+print(json.dumps({"attacks": json.loads(data), "warnings": warnings, "root": cfg["root"],
+                  "burn_signal": os.WTERMSIG(burn_status) if os.WIFSIGNALED(burn_status) else None,
+                  "burn_s": burn_s}))
+"""
+
+
+@pytest.fixture(scope="module")
+def report():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    workdir = tempfile.mkdtemp(prefix="popula-jail-test-")
+    os.chmod(workdir, 0o777)
+    target = Path(workdir) / "written"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", SCRIPT, str(ZYGOTE), str(target), str(server.getsockname()[1])],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        data["written"] = target.read_bytes() if target.exists() else b""
+        return data
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_a_jailed_child_cannot_fork(report):
+    assert report["attacks"]["fork"] != "succeeded"
+
+
+@pytest.mark.slow
+def test_a_jailed_child_cannot_write_a_file(report):
+    assert report["attacks"]["write_file"] != "succeeded"
+    assert report["written"] == b""
+
+
+@pytest.mark.slow
+def test_a_jailed_child_cannot_reach_the_network(report):
+    if report["warnings"]:
+        pytest.skip(f"network namespaces unavailable here: {report['warnings']}")
+    assert report["attacks"]["connect"] != "succeeded"
+
+
+@pytest.mark.slow
+def test_a_jailed_child_cannot_signal_other_processes(report):
+    if not report["root"]:
+        pytest.skip("without root, children keep the caller's uid")
+    assert report["attacks"]["signal_parent"] == "PermissionError"
+
+
+@pytest.mark.slow
+def test_a_jailed_child_stays_under_its_memory_limit(report):
+    assert report["attacks"]["allocate_512MB"] == "MemoryError"
+
+
+@pytest.mark.slow
+def test_a_jailed_child_is_killed_when_it_burns_cpu(report):
+    import signal
+
+    assert report["burn_signal"] in (signal.SIGXCPU, signal.SIGKILL)
+    assert report["burn_s"] < 5

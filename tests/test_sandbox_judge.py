@@ -1,0 +1,153 @@
+"""Validation and judging through the public API: Sandbox(...).verify(records)."""
+
+from __future__ import annotations
+
+import pytest
+
+from popula.sandbox import Limits, Sandbox
+from popula.tasks.records import TaskRecord
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=2, limits=Limits(wall_s=1.0)) as sb:
+        yield sb
+
+
+def _o(program: str, inp: str, answer: str | None = None, outputs: list[str] | None = None) -> TaskRecord:
+    return TaskRecord(id="o", type="code_o", program=program, inputs=[inp], answer=answer, outputs=outputs or [])
+
+
+def test_results_come_back_in_record_order(sandbox):
+    records = [_o("def f(x):\n    return x * 3", str(i)) for i in range(50)]
+    for i, record in enumerate(records):
+        record.id = f"t{i}"
+    results = sandbox.verify(records)
+    assert [r.id for r in results] == [f"t{i}" for i in range(50)]
+    assert [r.outputs for r in results] == [[repr(i * 3)] for i in range(50)]
+
+
+def test_an_empty_batch_is_fine(sandbox):
+    assert sandbox.verify([]) == []
+
+
+def test_progress_counts_every_record_once(sandbox):
+    seen: list[int] = []
+    records = [_o("def f(x):\n    return x", "1"), _o("def f(x)\n", "1"), _o("def f(x):\n    return x", "2", answer="2")]
+    sandbox.verify(records, progress=seen.append)
+    assert sum(seen) == 3
+
+
+@pytest.mark.parametrize(
+    "answer,correct",
+    [
+        ("(2, 1)", True),
+        ("(2,1)", True),
+        ("[2, 1]", False),  # a list is not the tuple the program returns
+        ("tuple([2, 1])", True),  # an expression, evaluated in the sandbox
+        ("(1 + 1, 1)", True),
+        ("(2, 1.0)", True),  # 1.0 == 1
+        ("(2, 1", False),  # malformed
+    ],
+)
+def test_code_o_answers_are_compared_by_value(sandbox, answer, correct):
+    [result] = sandbox.verify([_o("def f(a, b):\n    return (b, a)", "1, 2", answer=answer)])
+    assert result.valid and result.correct is correct
+
+
+def test_code_o_dict_order_and_nan(sandbox):
+    program = "def f(x):\n    return {'b': float('nan'), 'a': x}"
+    [result] = sandbox.verify([_o(program, "1", answer="{'a': 1, 'b': float('nan')}")])
+    assert result.correct is True
+
+
+def test_a_malformed_answer_says_why(sandbox):
+    [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="1 +")])
+    assert result.valid and result.correct is False and result.answer_reason == "syntax"
+    [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="1")])
+    assert result.correct is True and result.answer_reason is None
+
+
+def test_code_i_accepts_any_input_that_works(sandbox):
+    program = "def f(xs):\n    return sorted(xs)[-1]"
+    records = [
+        TaskRecord(id="i", type="code_i", program=program, inputs=["[1, 9, 3]"], answer=a) for a in ("[9]", "[9, 1]", "[8]", "[1, 9, 3]", "9")
+    ]
+    assert [r.correct for r in sandbox.verify(records)] == [True, True, False, True, False]
+
+
+def test_code_f_is_judged_on_the_hidden_half(sandbox):
+    program = "def f(x):\n    return abs(x)"
+    inputs = ["1", "2", "3", "-4", "-5", "6"]
+    shown_only = "def f(x):\n    return x if x < 4 else -x"  # right on the shown half, wrong on the hidden
+    hidden_only = "def f(x):\n    return -x if x < 0 else x if x > 3 else 0"  # wrong on shown, right on hidden
+    records = [TaskRecord(id="f", type="code_f", program=program, inputs=inputs, answer=a) for a in (shown_only, hidden_only)]
+    assert [r.correct for r in sandbox.verify(records)] == [False, True]
+
+
+def test_validated_records_are_judged_without_running_the_task_again(sandbox):
+    records = [_o("def f(x):\n    return x", "1", answer=str(i % 3), outputs=["1"]) for i in range(300)]
+    before = sum(w.jobs_done for w in sandbox._slots if w is not None)
+    results = sandbox.verify(records)
+    after = sum(w.jobs_done for w in sandbox._slots if w is not None)
+    assert after == before  # literal code_o answers need no process at all
+    assert [r.correct for r in results] == [i % 3 == 1 for i in range(300)]
+
+
+def test_validated_code_f_runs_only_the_student_program(sandbox):
+    record = TaskRecord(
+        id="f", type="code_f", program="this is not even python", inputs=["1", "2"], outputs=["10", "20"], answer="def f(x):\n    return 10 * x"
+    )
+    [result] = sandbox.verify([record])
+    assert result.valid and result.correct is True and result.outputs == ["10", "20"]
+
+
+@pytest.mark.parametrize(
+    "program,inp",
+    [
+        ("def f(words):\n    return sorted(set(words))", "['pear', 'apple', 'fig']"),
+        ("def f(words):\n    return {w: len(w) for w in set(words)}", "['pear', 'apple', 'fig']"),
+        ("def f(words):\n    return set(words)", "['pear', 'apple', 'fig', 'kiwi']"),  # a set is one value
+        ("def f(n):\n    return hash(n)", "12345"),  # int hashes do not depend on the seed
+        ("def f(s):\n    return len({hash(s), hash(s)})", "'x'"),
+    ],
+)
+def test_deterministic_uses_of_sets_and_hashes_are_valid(sandbox, program, inp):
+    [result] = sandbox.verify([_o(program, inp)])
+    assert result.valid, result.detail
+
+
+def test_jobs_sharing_a_process_cannot_poison_each_other(sandbox):
+    poisoners = [
+        "import decimal\ndef f(x):\n    decimal.getcontext().prec = 2\n    return 1",
+        "import collections\ndef f(x):\n    try:\n        collections.Counter.most_common = None\n    except TypeError:\n        pass\n    return 1",
+        "import string\ndef f(x):\n    string.digits = 'abc'\n    return 1",
+        "import keyword\ndef f(x):\n    keyword.kwlist.append('popula')\n    return 1",
+    ]
+    victims = [
+        ("from decimal import Decimal\ndef f(x):\n    return str(Decimal(1) / Decimal(3))", repr(str(__import__("decimal").Decimal(1) / __import__("decimal").Decimal(3)))),
+        ("from collections import Counter\ndef f(x):\n    return Counter('aab').most_common(1)", "[('a', 2)]"),
+        ("import string\ndef f(x):\n    return string.digits", "'0123456789'"),
+        ("import keyword\ndef f(x):\n    return 'popula' in keyword.kwlist", "False"),
+    ]
+    records = []
+    for _ in range(10):
+        for poisoner, (victim, _expected) in zip(poisoners, victims):
+            records.append(_o(poisoner, "0"))
+            records.append(_o(victim, "0"))
+    results = sandbox.verify(records)
+    for k, result in enumerate(results[1::2]):
+        assert result.valid and result.outputs == [victims[k % len(victims)][1]], result
+
+
+def test_a_closed_sandbox_refuses_work():
+    sb = Sandbox(workers=1)
+    sb.close()
+    with pytest.raises(RuntimeError):
+        sb.verify([_o("def f(x):\n    return x", "1")])
+
+
+def test_one_worker_still_runs_each_task_in_two_processes():
+    with Sandbox(workers=1) as sb:
+        [result] = sb.verify([_o("def f(s):\n    return hash(s)", "'abc'")])
+    assert result.reason == "nondeterministic"

@@ -1,0 +1,84 @@
+"""The static policy: what a program, an input or an answer may use, decided before it runs."""
+
+from __future__ import annotations
+
+from types import CodeType
+
+import pytest
+
+from popula.sandbox.policy import Rejection, compile_argument_lists, compile_expression, compile_program
+
+CAP = 20_000
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "def f(x):\n    return x",
+        "import math, collections.abc\nfrom itertools import chain\ndef f(x):\n    return math.floor(x)",
+        "class A:\n    def __init__(self):\n        super().__init__()\n        self._x = 1\n    def __repr__(self):\n        return 'A'\ndef f():\n    return A()._x if False else 1",
+        "from collections import namedtuple\nP = namedtuple('P', 'a b')\ndef f():\n    return P(1, 2)._asdict()",
+        "def f(s):\n    return s.__len__()",
+        "if __name__ == '__main__':\n    print(f(1))\ndef f(x):\n    return x",
+        "f = lambda x: x + 1",
+        "import re\ndef f(s):\n    return re.compile(s).pattern",
+    ],
+)
+def test_ordinary_programs_compile(program):
+    assert isinstance(compile_program(program, CAP), CodeType)
+
+
+@pytest.mark.parametrize(
+    "program,reason,mentions",
+    [
+        ("def f(x)\n    return x", "syntax", "line 1"),
+        ("def g(x):\n    return x", "no_entry_function", "f"),
+        ("import os\ndef f(): pass", "forbidden", "'os'"),
+        ("import os.path\ndef f(): pass", "forbidden", "'os.path'"),
+        ("from . import x\ndef f(): pass", "forbidden", "relative"),
+        ("from collections import _sys\ndef f(): pass", "forbidden", "_sys"),
+        ("def f(x):\n    return x._secret", "forbidden", "_secret"),
+        ("def f():\n    return open('x')", "forbidden", "open"),
+        ("def f():\n    return __builtins__", "forbidden", "__builtins__"),
+        ("def f():\n    return ().__class__", "forbidden", "__class__"),
+        ("def f():\n    return getattr((), '__cl' + 'ass__')", "forbidden", "__class__"),
+        ("def f(g):\n    return g.gi_frame", "forbidden", "gi_frame"),
+        ("global __builtins__\n__builtins__ = {}\ndef f(): pass", "forbidden", "__builtins__"),
+        ("def f():\n    return breakpoint()", "forbidden", "breakpoint"),
+        ("def f():\n    def g():\n        return vars()\n    return g", "forbidden", "vars"),
+        ("x = 1\n" * 20_000 + "def f(): pass", "syntax", "limit"),
+    ],
+)
+def test_programs_outside_the_policy_are_rejected_with_a_reason(program, reason, mentions):
+    rejected = compile_program(program, CAP)
+    assert isinstance(rejected, Rejection)
+    assert rejected.reason == reason
+    assert mentions in rejected.detail
+
+
+def test_argument_lists_compile_one_code_object_each():
+    codes = compile_argument_lists(["1, 2", "[1,\n 2], key=len", "'a', *'bc'"], CAP)
+    assert isinstance(codes, list) and len(codes) == 3
+
+
+@pytest.mark.parametrize("text", ["1), print(2", "1), 5, (2", "1), lambda: g(2"])
+def test_an_input_cannot_close_its_parenthesis_early(text):
+    rejected = compile_argument_lists([text, "3"], CAP)
+    assert isinstance(rejected, Rejection) and rejected.reason == "syntax"
+
+
+def test_inputs_obey_the_same_policy():
+    rejected = compile_argument_lists(["1", "__import__('os')"], CAP)
+    assert isinstance(rejected, Rejection) and rejected.reason == "forbidden"
+
+
+def test_syntax_errors_in_inputs_name_the_input():
+    rejected = compile_argument_lists(["1", "(2"], CAP)
+    assert isinstance(rejected, Rejection) and rejected.reason == "syntax"
+    assert "inputs[1]" in rejected.detail
+
+
+def test_expressions_obey_the_policy():
+    assert isinstance(compile_expression("sorted([3, 1])", CAP), CodeType)
+    rejected = compile_expression("eval('1')", CAP)
+    assert isinstance(rejected, Rejection) and rejected.reason == "forbidden"

@@ -1,0 +1,69 @@
+"""`popula verify TASKS.jsonl [--out FILE] [--workers N]` (DESIGN 3.1, 3.2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from popula.cli import main
+
+SAMPLE = Path(__file__).parent.parent / "samples" / "tasks.jsonl"
+
+
+@pytest.mark.slow
+def test_the_shipped_sample_verifies_with_one_line_per_record_in_order(tmp_path, capsys):
+    out = tmp_path / "results.jsonl"
+    assert main(["verify", str(SAMPLE), "--out", str(out), "--workers", "2"]) == 0
+    records = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in results] == [r["id"] for r in records]
+    for row in results:
+        assert {"id", "valid", "reason", "detail", "outputs", "correct"} <= row.keys()
+    by_id = {r["id"]: r for r in results}
+    assert by_id["o-reverse-words"]["correct"] is True
+    assert by_id["o-wrong-answer"]["correct"] is False
+    assert by_id["i-any-input"]["correct"] is True
+    assert by_id["f-double"]["correct"] is True
+    assert by_id["bad-import-os"]["reason"] == "forbidden"
+    assert by_id["bad-set-order"]["reason"] == "nondeterministic"
+    assert by_id["bad-infinite-loop"]["reason"] == "timeout"
+    assert any(r["valid"] for r in results) and any(not r["valid"] for r in results)
+    summary = capsys.readouterr().err
+    valid = sum(r["valid"] for r in results)
+    assert f"valid {valid}/{len(results)}" in summary and "tasks/s" in summary
+
+
+def test_results_go_to_stdout_by_default(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "x", "type": "code_o", "program": "def f(a):\n    return a[::-1]", "inputs": ["'abc'"]}) + "\n")
+    assert main(["verify", str(path), "--workers", "1"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {
+        "id": "x", "valid": True, "reason": None, "detail": "", "outputs": ["'cba'"], "correct": None,
+        "answer_reason": None, "answer_detail": "",
+    }
+    assert "valid 1/1" in captured.err
+
+
+def test_a_bad_file_exits_2_naming_file_line_and_field(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    good = {"id": "x", "type": "code_o", "program": "def f(a):\n    return a", "inputs": ["1"]}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "inputs": "1"}) + "\n")
+    done = subprocess.run([sys.executable, "-m", "popula", "verify", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert f"{path}:2" in done.stderr and "'inputs'" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["--workers", "0"], ["--out", "/nonexistent-dir/x.jsonl"]])
+def test_bad_options_exit_2(args, capsys):
+    assert main(["verify", str(SAMPLE), *args]) == 2
+    assert "popula verify: error:" in capsys.readouterr().err
+
+
+def test_help_describes_the_command():
+    done = subprocess.run([sys.executable, "-m", "popula", "verify", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--workers" in done.stdout and "--out" in done.stdout
