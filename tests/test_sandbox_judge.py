@@ -151,3 +151,36 @@ def test_one_worker_still_runs_each_task_in_two_processes():
     with Sandbox(workers=1) as sb:
         [result] = sb.verify([_o("def f(s):\n    return hash(s)", "'abc'")])
     assert result.reason == "nondeterministic"
+
+
+def test_workers_are_recycled_and_keep_serving():
+    records = [_o("def f(x):\n    return [x] * 2", str(i)) for i in range(60)]
+    with Sandbox(workers=2, recycle_after=10) as sb:
+        first = {w.pid for w in sb._slots if w is not None}
+        results = sb.verify(records) + sb.verify(records)
+        last = {w.pid for w in sb._slots if w is not None}
+    assert first.isdisjoint(last)
+    assert all(r.valid for r in results)
+    assert [r.outputs for r in results[:60]] == [[repr([i, i])] for i in range(60)]
+
+
+def test_a_killed_worker_is_replaced_and_its_work_redone():
+    import os
+    import signal
+    import threading
+    import time
+
+    slow = "def f(x):\n    n = 0\n    for i in range(300000):\n        n += i % 7\n    return n + x"
+    records = [_o(slow, str(i)) for i in range(40)]
+    with Sandbox(workers=2) as sb:
+        victim = sb._slots[0]
+        os.kill(victim.proc.pid, signal.SIGKILL)  # dies while idle
+        victim.proc.wait()
+        timer = threading.Timer(0.3, lambda: os.kill(sb._slots[1].proc.pid, signal.SIGKILL))  # and one mid-batch
+        timer.start()
+        start = time.monotonic()
+        results = sb.verify(records)
+        timer.join()
+    expected = sum(i % 7 for i in range(300000))
+    assert [r.outputs for r in results] == [[repr(expected + i)] for i in range(40)]
+    assert time.monotonic() - start < 60

@@ -259,30 +259,38 @@ class Sandbox:
         """Plan records in small chunks while workers run the batches already planned."""
         work.plan_more(2 * batch_size * self._n_slots)
         while not work.finished():
-            busy = sum(1 for w in self._slots if w is not None and w.batch)
-            for slot in range(self._n_slots):
-                worker = self._slots[slot]
-                if busy >= self.workers or worker is None or worker.batch:
-                    continue
-                if worker.jobs_done >= self.recycle_after:
-                    worker = self._restart(worker)
-                batch = work.take(slot, batch_size)
-                if batch:
-                    self._dispatch(worker, batch)
-                    busy += 1
+            self._fill_idle_workers(work, batch_size)
+            busy = [w for w in self._slots if w is not None and w.batch]
             if work.unplanned():
                 work.plan_more(batch_size)  # overlaps with the workers' runs
                 timeout = 0.0
-            elif busy == 0:
+            elif not busy:
+                if work.has_queued():
+                    continue  # a worker was replaced while dispatching; try again
                 raise SandboxError("sandbox scheduler stalled with work left")  # a bug, never expected
             else:
-                timeout = max(0.0, min(w.deadline for w in self._slots if w is not None and w.batch) - time.monotonic())
+                timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
             for key, _ in self._selector.select(timeout):
-                self._receive(key.data, work)
+                worker = key.data
+                if self._slots[worker.slot] is worker:  # not replaced earlier in this round
+                    self._receive(worker, work)
             now = time.monotonic()
             for worker in list(self._slots):
                 if worker is not None and worker.batch and now > worker.deadline:
                     self._worker_lost(worker, work, "stopped answering")
+
+    def _fill_idle_workers(self, work: _Work, batch_size: int) -> None:
+        busy = sum(1 for w in self._slots if w is not None and w.batch)
+        for slot in range(self._n_slots):
+            worker = self._slots[slot]
+            if busy >= self.workers or worker is None or worker.batch:
+                continue
+            if worker.jobs_done >= self.recycle_after:
+                worker = self._restart(worker)
+            batch = work.take(slot, batch_size)
+            if batch:
+                self._dispatch(worker, batch, work)
+                busy += 1
 
     def _receive(self, worker: _Worker, work: _Work) -> None:
         chunk = os.read(worker.from_fd, 1 << 20)
@@ -302,10 +310,13 @@ class Sandbox:
                 result = checked(None)
             work.deliver(batch[job_id], result)
 
-    def _dispatch(self, worker: _Worker, batch: list[_Unit]) -> None:
+    def _dispatch(self, worker: _Worker, batch: list[_Unit], work: _Work) -> None:
         worker.batch = batch
         worker.deadline = time.monotonic() + 10.0 + len(batch) * (self.limits.wall_s + 1.0)
-        self._send(worker, marshal.dumps([(n, *unit.job) for n, unit in enumerate(batch)]))
+        try:
+            self._send(worker, marshal.dumps([(n, *unit.job) for n, unit in enumerate(batch)]))
+        except OSError:  # the worker died while idle
+            self._worker_lost(worker, work, "was gone")
 
     def _worker_lost(self, worker: _Worker, work: _Work, how: str) -> None:
         """A worker died or hung (never caused by task code, by design): restart, re-queue."""
@@ -382,6 +393,9 @@ class _Work:
 
     def finished(self) -> bool:
         return self.left == 0
+
+    def has_queued(self) -> bool:
+        return bool(self.fresh or self.answer_queue or any(self.second))
 
     def take(self, slot: int, n: int) -> list[_Unit]:
         batch: list[_Unit] = []

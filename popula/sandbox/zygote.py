@@ -78,8 +78,11 @@ _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozense
 # ----------------------------------------------------------------------------- setup
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
 def _libc():
-    return ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _isolate_network(warnings):
@@ -244,6 +247,7 @@ def _job_builtins(base, tables):
 def _jail(cfg, n_jobs):
     """Everything the child does to itself before task code runs; irreversible."""
     os.setpgid(0, 0)
+    _die_with_parent()  # a worker that dies takes its running child with it
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails with an error instead
     if cfg["root"]:
         os.chroot(cfg["jail_dir"])
