@@ -23,6 +23,7 @@ from popula.errors import PopulaError
 from popula.tasks.records import TASK_TYPES, TaskRecord
 
 INT, STR, LIST, TUPLE, DICT = "int", "str", "list", "tuple", "dict"
+HELDOUT_NAMESPACE = "heldout"  # the stream `popula tasks` draws from; training corpora use others
 _LETTERS = "abcde"
 _INDENT = "    "
 

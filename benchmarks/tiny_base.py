@@ -1,0 +1,121 @@
+"""How good is the tiny base before any self-play? Teacher validity and student solve rates.
+
+    python3 benchmarks/tiny_base.py [--model tiny|DIR] [--proposals N] [--tasks N]
+
+Teachers: for each task type, the model proposes tasks at temperature 1 from prompts
+showing K=6 held-out reference tasks; a proposal counts as valid when it parses and
+the sandbox accepts it; distinct_rate is the share of valid proposals whose program and
+inputs are unique among them (distinct_programs: programs alone). Students: held-out generated tasks (the
+"heldout" stream, never in the corpus) are posed in the model's own prompt format; an
+answer counts when the sandbox judges it correct. Solve rates are for samples at
+temperature 1 (what self-play rollouts see) and, for reference, greedy decoding.
+
+Last line: {"valid_rate", "distinct_rate", "solve_code_o", "solve_code_i", "solve_code_f", ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from popula.model.base import load_base  # noqa: E402
+from popula.sandbox import Sandbox  # noqa: E402
+from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
+from popula.tasks.prompts import K_REFERENCES, prompt_format, stop_token_ids  # noqa: E402
+from popula.tasks.records import TASK_TYPES, TaskRecord  # noqa: E402
+
+
+def sample(model, tokenizer, prompts: list[str], *, temperature: float, max_new_tokens: int, batch: int = 32) -> list[str]:
+    """Complete prompts with transformers' generate (left padding), stopping at EOS."""
+    tokenizer.padding_side = "left"
+    stops = stop_token_ids(tokenizer)
+    texts: list[str] = []
+    for i in range(0, len(prompts), batch):
+        enc = tokenizer(prompts[i : i + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(
+                **enc,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_p=None,
+                top_k=None,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=stops,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return texts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tiny", help="base model spec (default: tiny, built if missing)")
+    parser.add_argument("--proposals", type=int, default=60, help="teacher proposals per task type")
+    parser.add_argument("--tasks", type=int, default=100, help="held-out student tasks per task type")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(2)
+
+    model, tokenizer = load_base(args.model)
+    fmt = prompt_format(tokenizer)
+    rng = random.Random(args.seed)
+    refs = {t: generate_tasks(40, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in TASK_TYPES}
+    held = {t: generate_tasks(args.tasks, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE) for t in TASK_TYPES}
+
+    rows = []
+    figures: dict[str, float] = {}
+    start = time.monotonic()
+    with Sandbox(workers=2) as sandbox:
+        # teachers
+        valid = distinct = total = 0
+        programs: list[str] = []
+        for t in TASK_TYPES:
+            prompts = [fmt.teacher_prompt(t, rng.sample(refs[t], K_REFERENCES)) for _ in range(args.proposals)]
+            texts = sample(model, tokenizer, prompts, temperature=1.0, max_new_tokens=320)
+            proposals = [fmt.parse_proposal(x, t) for x in texts]
+            parsed = [p for p in proposals if p is not None]
+            results = sandbox.verify(parsed) if parsed else []
+            ok = [p for p, r in zip(parsed, results) if r.valid]
+            n_distinct = len({(p.program, tuple(p.inputs)) for p in ok})
+            programs += [p.program for p in ok]
+            rows.append((f"teacher {t}", f"parsed {len(parsed)}/{len(texts)}", f"valid {len(ok)}/{len(texts)}", f"distinct {n_distinct}/{len(ok)}"))
+            valid += len(ok)
+            distinct += n_distinct
+            total += len(texts)
+        figures["valid_rate"] = valid / max(total, 1)
+        figures["distinct_rate"] = distinct / max(valid, 1)
+        figures["distinct_programs"] = len(set(programs)) / max(len(programs), 1)
+        # students
+        for t in TASK_TYPES:
+            tasks = held[t]
+            prompts = [fmt.student_prompt(task) for task in tasks]
+            for label, temperature in (("solve", 1.0), ("greedy", 0.0)):
+                texts = sample(model, tokenizer, prompts, temperature=temperature, max_new_tokens=256 if t == "code_f" else 64)
+                judged: list[TaskRecord] = []
+                for task, text in zip(tasks, texts):
+                    answer = fmt.parse_answer(text, t)
+                    if answer is not None:
+                        judged.append(TaskRecord(id=task.id, type=task.type, program=task.program, inputs=task.inputs, outputs=task.outputs, message=task.message, answer=answer))
+                results = sandbox.verify(judged) if judged else []
+                solved = sum(1 for r in results if r.correct)
+                figures[f"{label}_{t}"] = solved / len(tasks)
+                rows.append((f"student {t}", f"T={temperature:g}", f"answered {len(judged)}/{len(tasks)}", f"solved {solved}/{len(tasks)}"))
+    figures["seconds"] = round(time.monotonic() - start, 1)
+
+    print(f"model: {args.model}  format: {fmt.name}")
+    for row in rows:
+        print("  ".join(f"{c:<22}" for c in row))
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The cold-start corpus: teacher and student examples in the exact self-play formats.
+
+A pool of generated programs, each with ten inputs whose outputs the sandbox computed,
+yields every kind of example: a teacher proposal (K random pool tasks as references, a
+different pool task as the proposal), and student answers for code_o (the output),
+code_i (the input that produced the output) and code_f (the program). Examples are drawn
+on the fly, so the model rarely sees the same teacher prompt twice.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+from popula.tasks.generator import generate_tasks
+from popula.tasks.prompts import PromptFormat
+from popula.tasks.records import TaskRecord
+
+CORPUS_NAMESPACE = "corpus"  # held-out sets use other namespaces, so they never overlap by seed
+
+
+@dataclass
+class Example:
+    """One prompt and the completion a perfect teacher or student would write."""
+
+    kind: str  # "teacher:code_o", "student:code_f", ...
+    prompt: str
+    completion: str
+
+
+def build_pool(n: int, seed: int, difficulty: str, workers: int = 2) -> list[TaskRecord]:
+    """`n` sandbox-verified programs, each a code_f record with ten inputs and their outputs."""
+    return generate_tasks(n, seed, difficulty, types=["code_f"], namespace=CORPUS_NAMESPACE, workers=workers)
+
+
+def as_type(task: TaskRecord, task_type: str, pick: int) -> TaskRecord:
+    """View a pool task as code_o/code_i (its `pick`-th input) or as the code_f it is."""
+    if task_type == "code_f":
+        return task
+    return replace(task, type=task_type, inputs=[task.inputs[pick]], outputs=[task.outputs[pick]], message="")
+
+
+class ExampleSampler:
+    """Draws teacher and student examples from a pool, in one prompt format."""
+
+    TEACHER_TYPES = ("code_o", "code_i", "code_f")
+    STUDENT_MIX = {"code_o": 0.45, "code_i": 0.25, "code_f": 0.30}
+
+    def __init__(self, pool: list[TaskRecord], fmt: PromptFormat, rng: random.Random, max_references: int, teacher_share: float) -> None:
+        if len(pool) < max_references + 1:
+            raise ValueError(f"a pool of {len(pool)} tasks is too small for {max_references} references")
+        self.pool = pool
+        self.fmt = fmt
+        self.rng = rng
+        self.max_references = max_references
+        self.teacher_share = teacher_share
+
+    def _view(self, task: TaskRecord, task_type: str) -> TaskRecord:
+        return as_type(task, task_type, self.rng.randrange(len(task.inputs)))
+
+    def teacher(self, task_type: str) -> Example:
+        k = self.rng.randint(1, self.max_references)
+        chosen = self.rng.sample(self.pool, k + 1)
+        refs = [self._view(t, task_type) for t in chosen[:k]]
+        target = self._view(chosen[k], task_type)
+        return Example(f"teacher:{task_type}", self.fmt.teacher_prompt(task_type, refs), self.fmt.proposal_completion(target))
+
+    def student(self, task_type: str) -> Example:
+        task = self._view(self.rng.choice(self.pool), task_type)
+        answer = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task_type]
+        return Example(f"student:{task_type}", self.fmt.student_prompt(task), self.fmt.answer_completion(task, answer))
+
+    def sample(self) -> Example:
+        if self.rng.random() < self.teacher_share:
+            return self.teacher(self.rng.choice(self.TEACHER_TYPES))
+        types, weights = zip(*self.STUDENT_MIX.items())
+        return self.student(self.rng.choices(types, weights)[0])

@@ -1,0 +1,61 @@
+"""The tiny base model's recipe: every choice that shapes the built model, and its hash.
+
+The cache is keyed by this hash, so changing any field (or the program generator or
+prompt formats the corpus is written with) builds a new model instead of reusing a stale
+one. The defaults are sized for 2 CPU cores and 10 minutes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from popula.errors import PopulaError
+
+# Bump when the build code changes what a recipe means (training loop, corpus mix).
+BUILD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    """How to build the tiny base: tokenizer, model shape, corpus and training budget."""
+
+    seed: int = 0
+    minutes: float = 10.0  # wall-clock budget for the whole build: corpus and training
+    # tokenizer
+    vocab_size: int = 1024
+    # model (LlamaConfig)
+    hidden_size: int = 128
+    layers: int = 4
+    heads: int = 2
+    intermediate_size: int = 384
+    max_positions: int = 1024
+    # corpus
+    pool_tasks: int = 2000  # programs (each with 10 inputs) run through the sandbox
+    difficulty: str = "mixed"
+    max_references: int = 3  # teacher examples show 1..max_references (the compact format shows 3)
+    teacher_share: float = 0.4  # fraction of examples that are teacher proposals
+    # training
+    seq_len: int = 384
+    batch_rows: int = 16
+    lr: float = 3e-3
+    prompt_weight: float = 0.3  # loss weight of prompt tokens (completion tokens weigh 1)
+
+    def __post_init__(self) -> None:
+        if self.minutes <= 0:
+            raise PopulaError(f"minutes must be positive, got {self.minutes}")
+        if self.hidden_size % self.heads:
+            raise PopulaError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
+
+    def with_minutes(self, minutes: float) -> TinyRecipe:
+        return replace(self, minutes=minutes)
+
+    def digest(self) -> str:
+        """A short hash of the recipe and of the sources that write its corpus."""
+        here = Path(__file__).resolve().parent.parent
+        parts = [json.dumps(asdict(self), sort_keys=True), str(BUILD_VERSION)]
+        for source in ("tasks/generator.py", "tasks/prompts.py"):
+            parts.append(hashlib.sha256((here / source).read_bytes()).hexdigest())
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]

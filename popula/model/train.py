@@ -1,0 +1,106 @@
+"""Supervised cold-start training on a wall-clock budget, on CPU.
+
+Examples are tokenised as prompt + completion + `<|end|>` and packed back to back into
+rows of `seq_len + 1` tokens (no padding is wasted). Completion tokens carry loss weight 1;
+prompt tokens a smaller weight, because they are programs too and teach the model the
+language, but the answers are what it must get right. The learning rate warms up and
+then follows a cosine over the *time* budget, so a run always ends annealed whatever the
+machine's speed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+from popula.model.corpus import Example
+
+
+@dataclass
+class TrainStats:
+    steps: int
+    tokens: int
+    seconds: float
+    final_loss: float
+
+
+class PackedBatches:
+    """Turns a stream of examples into (ids, weights) batches of packed rows."""
+
+    def __init__(self, next_example: Callable[[], Example], tokenizer, seq_len: int, rows: int, prompt_weight: float) -> None:
+        self.next_example = next_example
+        self.tok = tokenizer
+        self.seq_len = seq_len
+        self.rows = rows
+        self.prompt_weight = prompt_weight
+        self.eos = tokenizer.eos_token_id
+        self.ids: list[int] = []
+        self.weights: list[float] = []
+        self.skipped = 0
+
+    def _add_example(self) -> None:
+        ex = self.next_example()
+        prompt = self.tok(ex.prompt, add_special_tokens=False)["input_ids"]
+        completion = self.tok(ex.completion, add_special_tokens=False)["input_ids"] + [self.eos]
+        if len(prompt) + len(completion) > self.seq_len:
+            self.skipped += 1  # would be cut mid-example: generation never sees such a context
+            return
+        # a weight belongs to the token as a prediction target
+        self.ids += prompt + completion
+        self.weights += [self.prompt_weight] * len(prompt) + [1.0] * len(completion)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        need = self.rows * (self.seq_len + 1)
+        while len(self.ids) < need:
+            self._add_example()
+        ids = torch.tensor(self.ids[:need]).view(self.rows, self.seq_len + 1)
+        weights = torch.tensor(self.weights[:need]).view(self.rows, self.seq_len + 1)
+        del self.ids[:need], self.weights[:need]
+        return ids, weights
+
+
+def lr_at(fraction: float, peak: float, warmup: float = 0.05, floor: float = 0.05) -> float:
+    """Warm up linearly, then cosine down to `floor * peak`, over the fraction of time spent."""
+    if fraction < warmup:
+        return peak * max(fraction / warmup, 0.02)
+    progress = min(1.0, (fraction - warmup) / (1 - warmup))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(model: torch.nn.Module, batches: PackedBatches, *, seconds: float, lr: float, max_steps: int | None = None, progress: bool = True) -> TrainStats:
+    """Train until `seconds` pass (or `max_steps`), then return what was done."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    start = time.monotonic()
+    steps = tokens = 0
+    ema = float("nan")
+    bar = tqdm(total=round(seconds), unit="s", desc="pretrain", disable=not progress, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}")
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed >= seconds or (max_steps is not None and steps >= max_steps):
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr_at(elapsed / seconds, lr)
+        ids, weights = batches.next_batch()
+        logits = model(input_ids=ids[:, :-1]).logits
+        losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), ids[:, 1:].reshape(-1), reduction="none")
+        w = weights[:, 1:].reshape(-1)
+        loss = (losses * w).sum() / w.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        steps += 1
+        tokens += ids.numel()
+        ema = loss.item() if math.isnan(ema) else 0.95 * ema + 0.05 * loss.item()
+        now = time.monotonic() - start
+        bar.update(min(now, seconds) - bar.n)
+        bar.set_postfix_str(f"step {steps} loss {ema:.3f} tok/s {tokens / max(now, 1e-9):.0f}")
+    bar.close()
+    model.eval()
+    return TrainStats(steps=steps, tokens=tokens, seconds=time.monotonic() - start, final_loss=ema)

@@ -1,0 +1,351 @@
+"""Prompt formats and completion parsing: the one place they live.
+
+Teachers see K reference tasks and propose a new one; students see a task and answer it.
+Two formats share one interface (`PromptFormat`):
+
+- `CompactFormat`, for the tiny base model: terse, doctest-like text a few-million-
+  parameter model can learn, every completion ending in the tiny tokenizer's `<|end|>`
+  token (generation stops there).
+- `InstructFormat`, for real instruction-tuned models: a plain-language instruction, the
+  model reasons and then gives a tagged answer (`<answer>...</answer>`, or `<program>` /
+  `<input>` / `<message>` for proposals), as the public self-play recipes do; the chat
+  template is applied when the tokenizer has one.
+
+`prompt_format(tokenizer)` picks the format a tokenizer was made for. The completion
+writers (`proposal_completion`, `answer_completion`) are the exact inverse of the parsers;
+the cold-start corpus is written with them, so the tiny model learns exactly the text the
+parsers read back.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol, Sequence
+
+from popula.errors import PopulaError
+from popula.tasks.records import TASK_TYPES, TaskRecord
+
+K_REFERENCES = 6  # reference tasks a teacher sees (as in Absolute Zero)
+CODE_F_INPUTS = 10  # inputs a code_f proposal carries: half shown, half hidden
+COMPACT_EOS = "<|end|>"  # the tiny tokenizer's end-of-sequence token
+COMPACT_PAD = "<|pad|>"
+
+
+def shown_pairs(task: TaskRecord) -> list[tuple[str, str]]:
+    """The input/output pairs a code_f student sees: the first half (the rest judge it)."""
+    return list(zip(task.inputs, task.outputs))[: max(1, len(task.inputs) // 2)]
+
+
+def _need_outputs(task: TaskRecord) -> None:
+    if task.type in ("code_i", "code_f") and len(task.outputs) != len(task.inputs):
+        raise PopulaError(f"task {task.id}: a {task.type} student prompt needs the outputs the sandbox computes")
+
+
+def _check_type(task_type: str) -> None:
+    if task_type not in TASK_TYPES:
+        raise PopulaError(f"task type {task_type!r} is unknown; expected one of {', '.join(TASK_TYPES)}")
+
+
+class PromptFormat(Protocol):
+    """What the run loop and `popula eval` call; both formats implement it."""
+
+    name: str
+
+    def teacher_prompt(self, task_type: str, references: Sequence[TaskRecord]) -> str:
+        """Ask for a new task of `task_type`, showing the reference tasks."""
+        ...
+
+    def parse_proposal(self, text: str, task_type: str) -> TaskRecord | None:
+        """A proposed task (id "proposal", no outputs yet), or None if malformed."""
+        ...
+
+    def student_prompt(self, task: TaskRecord) -> str:
+        """Pose a task to a student."""
+        ...
+
+    def parse_answer(self, text: str, task_type: str) -> str | None:
+        """The answer in a student completion (expression, argument list or program), or None."""
+        ...
+
+    def proposal_completion(self, task: TaskRecord) -> str:
+        """The completion a perfect teacher writes for `task` (the inverse of parse_proposal)."""
+        ...
+
+    def answer_completion(self, task: TaskRecord, answer: str) -> str:
+        """The completion a perfect student writes (the inverse of parse_answer)."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Compact format (tiny model)
+
+_COMPACT_HEAD = {"code_o": "output", "code_i": "input", "code_f": "program"}
+_CALL = re.compile(r"^>>> f\((.*)\)$")
+
+
+def _cut_eos(text: str) -> str:
+    return text.split(COMPACT_EOS, 1)[0]
+
+
+class CompactFormat:
+    """Doctest-like prompts, short enough for a model of a few million parameters.
+
+    A student prompt for code_o reads `## output`, the program, `>>> f(<input>)`; the
+    completion is the output repr. code_i shows `f(?) == <output>` and expects the
+    argument list; code_f shows the hint as a comment and the shown pairs, and expects the
+    program. A teacher prompt lists the references under `### ref` and ends in `### new`;
+    the completion is a program followed by one `>>> f(...)` line per input (and, for
+    code_f, the hint as a `# ` line).
+    """
+
+    name = "compact"
+
+    def __init__(self, max_references: int = 3) -> None:
+        # A model of a few million parameters trained for minutes has a short useful
+        # context: it sees only the last `max_references` of the references it is given.
+        self.max_references = max_references
+
+    def teacher_prompt(self, task_type: str, references: Sequence[TaskRecord]) -> str:
+        _check_type(task_type)
+        parts = [f"## propose {_COMPACT_HEAD[task_type]}"]
+        for ref in list(references)[-self.max_references :] if self.max_references else []:
+            parts.append("### ref")
+            parts.append(ref.program.rstrip())
+            if task_type == "code_f":
+                parts.append(f"# {ref.message}" if ref.message else "#")
+            else:
+                parts.append(f">>> f({ref.inputs[0]})")
+        parts.append("### new")
+        return "\n".join(parts) + "\n"
+
+    def proposal_completion(self, task: TaskRecord) -> str:
+        lines = [task.program.rstrip()]
+        lines += [f">>> f({x})" for x in task.inputs]
+        if task.type == "code_f":
+            lines.append(f"# {task.message}")
+        return "\n".join(lines)
+
+    def parse_proposal(self, text: str, task_type: str) -> TaskRecord | None:
+        _check_type(task_type)
+        lines = _cut_eos(text).strip("\n").split("\n")
+        program: list[str] = []
+        inputs: list[str] = []
+        message = ""
+        for line in lines:
+            call = _CALL.match(line.strip())
+            if call:
+                inputs.append(call.group(1).strip())
+            elif inputs and line.startswith("# "):
+                message = line[2:].strip()
+                break
+            elif inputs:
+                break  # anything after the inputs ends the proposal
+            else:
+                program.append(line)
+        return _proposal(task_type, "\n".join(program).rstrip(), inputs, message)
+
+    def student_prompt(self, task: TaskRecord) -> str:
+        _check_type(task.type)
+        _need_outputs(task)
+        head = f"## {_COMPACT_HEAD[task.type]}\n"
+        if task.type == "code_o":
+            return f"{head}{task.program.rstrip()}\n>>> f({task.inputs[0]})\n"
+        if task.type == "code_i":
+            return f"{head}{task.program.rstrip()}\nf(?) == {task.outputs[0]}\n"
+        pairs = "".join(f">>> f({x})\n{y}\n" for x, y in shown_pairs(task))
+        return f"{head}# {task.message}\n{pairs}"
+
+    def answer_completion(self, task: TaskRecord, answer: str) -> str:
+        return answer.rstrip() if task.type == "code_f" else answer.strip()
+
+    def parse_answer(self, text: str, task_type: str) -> str | None:
+        _check_type(task_type)
+        body = _cut_eos(text)
+        if task_type == "code_f":
+            body = body.strip("\n").rstrip()
+            return body if body.lstrip().startswith("def ") and "def f(" in body else None
+        body = body.strip()
+        if not body or "\n" in body:
+            return None
+        return body
+
+
+def _proposal(task_type: str, program: str, inputs: list[str], message: str) -> TaskRecord | None:
+    """Shape-check a parsed proposal: a program, and one input (code_o/i) or several (code_f)."""
+    if not program.strip() or not inputs or any(not x for x in inputs):
+        return None
+    if task_type == "code_f":
+        if len(inputs) < 2:
+            return None
+        inputs = inputs[:CODE_F_INPUTS]
+    else:
+        inputs = inputs[:1]
+    return TaskRecord(id="proposal", type=task_type, program=program, inputs=inputs, message=message if task_type == "code_f" else "")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Instruction format (real models)
+
+_TASK_WORDS = {
+    "code_o": "predict the output of a Python function for a given input",
+    "code_i": "find an input for which a Python function returns a given output",
+    "code_f": "write a Python function from input/output examples and a hint",
+}
+_RULES = (
+    "Rules for the program: define a function named `f` (helper functions may be nested inside it); "
+    "it must be deterministic (no randomness, time, files, network or imports of os, sys, random, time, "
+    "datetime, subprocess, threading); inputs and outputs are Python literals (ints, strings, lists, "
+    "tuples, dicts)."
+)
+
+
+def _last_tag(text: str, tag: str) -> str | None:
+    found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
+    return found[-1] if found else None
+
+
+def _strip_fence(text: str) -> str:
+    text = text.strip()
+    fenced = re.match(r"^```[a-zA-Z0-9_+-]*\n(.*?)\n?```$", text, flags=re.S)
+    if fenced:
+        return fenced.group(1).strip("\n")
+    if text.startswith("`") and text.endswith("`") and len(text) > 1:
+        return text.strip("`").strip()
+    return text
+
+
+class InstructFormat:
+    """Plain-language prompts: reason first, then a tagged answer.
+
+    With a tokenizer that has a chat template, prompts are rendered as one user turn with
+    the generation prompt added; otherwise the instruction text is used as is.
+    """
+
+    name = "instruct"
+
+    def __init__(self, tokenizer: Any | None = None) -> None:
+        self.tokenizer = tokenizer
+
+    def _render(self, text: str) -> str:
+        tok = self.tokenizer
+        if tok is not None and getattr(tok, "chat_template", None):
+            return tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+        return text + "\n\n"
+
+    def teacher_prompt(self, task_type: str, references: Sequence[TaskRecord]) -> str:
+        _check_type(task_type)
+        lines = [
+            f"You are a teacher. Design a new task in which a student must {_TASK_WORDS[task_type]}. "
+            "The task should be hard for a strong student but solvable.",
+            "",
+            f"Here are {len(references)} reference tasks; yours must be different:",
+        ]
+        for i, ref in enumerate(references, 1):
+            lines += ["", f"Reference {i}:", "```python", ref.program.rstrip(), "```"]
+            if task_type == "code_f" and ref.message:
+                lines.append(f"Hint: {ref.message}")
+            lines.append(f"Input: {ref.inputs[0]}")
+        lines += ["", _RULES, ""]
+        if task_type == "code_f":
+            want = (
+                f"{CODE_F_INPUTS} different inputs, each an argument list in its own <input></input> tag, "
+                "and a short hint about what the function does in <message></message> "
+                "(the student sees half of the input/output pairs and the hint)"
+            )
+        else:
+            want = "one input (an argument list, as in f(<input>)) in <input></input>"
+        lines.append(
+            "Think it through first. Then give the program in <program></program> (a ```python block "
+            f"inside is fine) and {want}."
+        )
+        return self._render("\n".join(lines))
+
+    def proposal_completion(self, task: TaskRecord) -> str:
+        parts = [f"<program>\n```python\n{task.program.rstrip()}\n```\n</program>"]
+        parts += [f"<input>{x}</input>" for x in task.inputs]
+        if task.type == "code_f":
+            parts.append(f"<message>{task.message}</message>")
+        return "\n".join(parts)
+
+    def parse_proposal(self, text: str, task_type: str) -> TaskRecord | None:
+        _check_type(task_type)
+        program = _last_tag(text, "program")
+        if program is None:
+            return None
+        after = text[text.rfind("</program>") :]
+        inputs = [_strip_fence(x) for x in re.findall(r"<input>(.*?)</input>", after, flags=re.S)]
+        message = _last_tag(after, "message") or ""
+        return _proposal(task_type, _strip_fence(program), inputs, message.strip())
+
+    def student_prompt(self, task: TaskRecord) -> str:
+        _check_type(task.type)
+        _need_outputs(task)
+        if task.type == "code_o":
+            body = [
+                "Predict the output of this Python function for the given input.",
+                "```python", task.program.rstrip(), "```",
+                f"Input: f({task.inputs[0]})",
+                "Reason step by step, then give the output as a Python literal in <answer></answer>.",
+            ]
+        elif task.type == "code_i":
+            body = [
+                "Find an input for which this Python function returns the given output.",
+                "```python", task.program.rstrip(), "```",
+                f"Output: {task.outputs[0]}",
+                "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>.",
+            ]
+        else:
+            pairs = [f"f({x}) == {y}" for x, y in shown_pairs(task)]
+            body = [
+                "Write a Python function `f` that matches these examples (it is also checked on hidden ones).",
+                f"Hint: {task.message}" if task.message else "",
+                *pairs,
+                "Reason step by step, then give the complete program in <answer></answer> (a ```python block inside is fine).",
+            ]
+        return self._render("\n".join(line for line in body if line))
+
+    def answer_completion(self, task: TaskRecord, answer: str) -> str:
+        if task.type == "code_f":
+            return f"<answer>\n```python\n{answer.rstrip()}\n```\n</answer>"
+        return f"<answer>{answer.strip()}</answer>"
+
+    def parse_answer(self, text: str, task_type: str) -> str | None:
+        _check_type(task_type)
+        found = _last_tag(text, "answer")
+        if found is None:
+            return None
+        answer = _strip_fence(found)
+        if task_type == "code_f":
+            return answer if "def f(" in answer else None
+        return answer or None
+
+
+def prompt_format(tokenizer: Any) -> PromptFormat:
+    """The format a tokenizer's model was trained for: compact for the tiny base, else instruct.
+
+    The tiny tokenizer is recognised by its `<|end|>` token, so a tiny model saved to any
+    path (or loaded from the cache) gets the compact format it was cold-started on.
+    """
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    if COMPACT_EOS in vocab:
+        return CompactFormat()
+    return InstructFormat(tokenizer)
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """Token ids that end a completion: the EOS token, and `<|end|>` where the vocabulary has it."""
+    ids = []
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    vocab = tokenizer.get_vocab()
+    if COMPACT_EOS in vocab and vocab[COMPACT_EOS] not in ids:
+        ids.append(vocab[COMPACT_EOS])
+    return ids
+
+
+# Module-level shortcuts in the compact format, the project default (the tiny base).
+_COMPACT = CompactFormat()
+teacher_prompt = _COMPACT.teacher_prompt
+parse_proposal = _COMPACT.parse_proposal
+student_prompt = _COMPACT.student_prompt
+parse_answer = _COMPACT.parse_answer
