@@ -32,10 +32,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
+
+if TYPE_CHECKING:
+    import torch
 
 # vLLM only accepts these values for max_lora_rank (vllm.config.lora.MaxLoRARanks).
 VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -96,7 +99,7 @@ class VLLMEngine:
     """
 
     def __init__(self, base_path: str | os.PathLike, *, max_loras: int = 9, max_lora_rank: int = 16,
-                 seed: int = 0, dtype: str = "auto", max_model_len: int = 2048,
+                 seed: int = 0, dtype: str | torch.dtype = "auto", max_model_len: int = 2048,
                  kv_cache_gib: float | None = None, gpu_memory_utilization: float = 0.9,
                  max_num_seqs: int | None = None, enforce_eager: bool = False,
                  vllm_kwargs: dict[str, Any] | None = None) -> None:
@@ -175,10 +178,9 @@ class VLLMEngine:
         self._engine().remove_lora(uid)
         return True
 
-    def loaded_adapters(self) -> list[AdapterRef]:
-        """The adapter versions vLLM holds now, by uid."""
-        held = self._engine().list_loras()
-        return [ref for uid, ref in sorted(self._loaded.items()) if uid in held]
+    def loaded_adapters(self) -> list[int]:
+        """uids of the adapter versions vLLM holds now (as vLLM itself reports them), ascending."""
+        return sorted(self._engine().list_loras())
 
     def validate(self, ref: AdapterRef) -> None:
         """Raise PopulaError naming `ref` unless this engine can serve it (nothing is loaded)."""
