@@ -33,7 +33,7 @@ z._isolate_network(warnings)
 jail = tempfile.mkdtemp()
 os.chmod(jail, 0o555)
 cfg = dict(root=os.geteuid() == 0, jail_dir=jail, uid=1_600_000_123, memory_bytes=256 << 20,
-           cpu_s=1, recursion_limit=1000)
+           cpu_s=1, recursion_limit=1000, worker_pid=os.getpid())
 
 def jailed(body):
     r, w = os.pipe()

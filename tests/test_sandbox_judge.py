@@ -184,3 +184,39 @@ def test_a_killed_worker_is_replaced_and_its_work_redone():
     expected = sum(i % 7 for i in range(300000))
     assert [r.outputs for r in results] == [[repr(expected + i)] for i in range(40)]
     assert time.monotonic() - start < 60
+
+
+@pytest.mark.slow
+def test_a_dead_worker_takes_its_running_child_along():
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    def children_of(pid: int) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        return found
+
+    import threading
+
+    with Sandbox(workers=1, limits=Limits(cpu_s=1, wall_s=1.5)) as sb:
+        worker = sb._slots[0]
+        spin = _o("def f(x):\n    while True:\n        pass", "0")
+        thread = threading.Thread(target=lambda: sb.verify([spin]))
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not children_of(worker.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [child] = children_of(worker.proc.pid)
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        time.sleep(0.3)
+        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        thread.join(timeout=30)

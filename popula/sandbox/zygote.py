@@ -247,7 +247,6 @@ def _job_builtins(base, tables):
 def _jail(cfg, n_jobs):
     """Everything the child does to itself before task code runs; irreversible."""
     os.setpgid(0, 0)
-    _die_with_parent()  # a worker that dies takes its running child with it
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails with an error instead
     if cfg["root"]:
         os.chroot(cfg["jail_dir"])
@@ -255,6 +254,9 @@ def _jail(cfg, n_jobs):
         os.setgroups([])
         os.setgid(cfg["uid"])
         os.setuid(cfg["uid"])
+    _die_with_parent()  # after setuid, which clears it: a worker that dies takes its child along
+    if os.getppid() != cfg["worker_pid"]:
+        os._exit(0)  # the worker died before we asked
     mem = cfg["memory_bytes"]
     cpu_hard = cfg["cpu_s"] * (n_jobs + 1) + 1
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -487,6 +489,7 @@ def main():
     cfg["memory_bytes"] = int(cfg["memory_mb"]) * 1024 * 1024
     cfg["cpu_s"] = max(1, math.ceil(cfg["cpu_s"]))
     cfg["root"] = os.geteuid() == 0
+    cfg["worker_pid"] = os.getpid()
     proto_in, proto_out = cfg["in_fd"], cfg["out_fd"]
     for fd in (0, 1):  # stdin/stdout are /dev/null (the protocol has its own pipes)
         os.dup2(_DEVNULL, fd)
