@@ -389,6 +389,30 @@ def _err(reason, detail):
     return json.dumps({"err": reason, "detail": detail}).encode()
 
 
+def _probe_jail(cfg, *close_fds):
+    """Fork a child that jails itself and reports; '' if that works, else the error."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            for fd in close_fds:
+                os.close(fd)
+            try:
+                _jail(cfg, 1)
+                message = b"ok"
+            except BaseException as err:
+                message = f"{type(err).__name__}: {err}".encode()[:500] or b"error"
+            os.write(write_fd, message)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    data = b"".join(iter(lambda: os.read(read_fd, 4096), b""))
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return "" if data == b"ok" else (data.decode(errors="replace") or "the probe died")
+
+
 def _blame(status, cfg):
     """The result of a job whose child died under it (not by our wall-clock kill)."""
     if os.WIFSIGNALED(status):
@@ -496,11 +520,21 @@ def main():
     warnings = []
     _die_with_parent()
     _isolate_network(warnings)
-    if not cfg["root"]:
+    err = _probe_jail(cfg, proto_in, proto_out)
+    if err and cfg["root"]:
+        cfg["root"] = False
+        warnings.append(
+            f"running as root without the capabilities to chroot or change uid ({err}): "
+            "children rely on RLIMIT_NPROC, RLIMIT_FSIZE and the static checks alone"
+        )
+        err = _probe_jail(cfg, proto_in, proto_out)
+    elif not cfg["root"]:
         warnings.append(
             "not running as root: children cannot chroot or take a uid of their own; "
             "they rely on RLIMIT_NPROC, RLIMIT_FSIZE and the static checks alone"
         )
+    if err:
+        raise SystemExit(f"popula sandbox worker: cannot jail a child on this machine: {err}")
     tables = _module_tables(warnings)
     base_builtins = _make_builtins()
     gc.collect()
