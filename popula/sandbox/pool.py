@@ -4,18 +4,21 @@
         results = sb.verify(records)   # list[VerifyResult], same order as records
 
 Why this shape (measured on the 2-core development machine): a fresh interpreter per run
-costs ~15 ms; a fork from a *small* warm parent (`python3 -I -S` plus the allowed modules)
-costs ~0.5 ms. So each worker (zygote.py) is such a small parent that forks one jailed
-child per job, where a job is all the inputs of one task. Parsing, the static check and
-compilation happen once, here, and the workers receive code objects. Workers take
-batches of jobs and are scheduled dynamically (a worker that meets a slow task does not
-hold up the others), with one constraint: a task's two validation runs go to two
-different workers, which differ in hash seed and address-space layout, so the runs
-expose nondeterminism through string hashing, set order, id() and default reprs.
+costs ~15-25 ms; a fork from a *small* warm parent (`python3 -I -S` plus the allowed
+modules) ~0.5-1 ms; running a typical task ~0.1 ms. So each worker (zygote.py) is such a
+small parent, and it forks one jailed child per *batch* of jobs (a job is all the inputs
+of one task), keeping the jobs of a batch apart inside the child and starting a fresh
+child whenever one dies. Compiling and the static policy check happen once, here, while
+the workers run earlier batches; workers receive code objects. Batches are handed out
+dynamically (a worker that meets a slow task does not hold up the others), with one
+constraint: a task's two validation runs go to two different workers, which differ in
+hash seed and address-space layout, so the runs expose nondeterminism through string
+hashing, set order, id() and default reprs.
 
 A worker never runs task code itself, so a hostile task cannot stall or poison it; a
-worker that dies anyway (a bug) is restarted and its batch re-queued, at most twice.
-Workers are also recycled after `recycle_after` jobs, and killed with the pool.
+worker that dies anyway (killed from outside, or a bug) is restarted and its tasks run
+again, at most three times. Workers are also recycled after `recycle_after` jobs, and
+killed with the pool. A Sandbox is not thread-safe: one verify() at a time.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from popula.sandbox.limits import Limits
 from popula.sandbox.plan import Job, Plan, plan_record
@@ -129,20 +131,18 @@ class Sandbox:
         if not getattr(self, "_closed", True):
             self.close()
 
-    def _worker_config(self, slot: int) -> str:
+    def _spawn(self, slot: int) -> _Worker:
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
         cfg = self.limits.to_worker_config()
         cfg.update(
             jail_dir=self._jail,
             uid=self._uid_base + slot,
+            # a result frame bigger than this is cut off as output_too_large
             max_result_bytes=64 * 1024 + 4 * self.limits.max_output_chars * 64,
+            in_fd=to_r,
+            out_fd=from_w,
         )
-        return json.dumps(cfg)
-
-    def _spawn(self, slot: int) -> _Worker:
-        to_r, to_w = os.pipe()
-        from_r, from_w = os.pipe()
-        cfg = json.loads(self._worker_config(slot))
-        cfg.update(in_fd=to_r, out_fd=from_w)
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(_ZYGOTE), json.dumps(cfg)],
             stdin=subprocess.DEVNULL,
