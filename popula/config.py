@@ -80,6 +80,31 @@ class LeagueSection(LeagueConfig):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class LearnerConfig(_Section):
+    """Policy-gradient settings shared by every adapter (popula.learner)."""
+
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0)
+    epochs: int = Field(1, ge=1, description="optimisation passes over each step's samples")
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip: lower bound 1 - clip_eps")
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="upper bound 1 + clip_eps_high (DAPO clip-higher); None: clip_eps"
+    )
+    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the bare base; 0 skips the base forward")
+    advantage: Literal["grpo", "dr_grpo"] = Field(
+        "grpo", description="student advantages: group mean-centred and std-normalised (grpo) or only centred"
+    )
+    teacher_baseline: Literal["batch", "ema"] = Field(
+        "batch", description="teacher baseline per (adapter, role, task type): this step's mean, or a running mean"
+    )
+    teacher_baseline_momentum: float = Field(0.9, ge=0, lt=1, description="ema baseline: weight of the past")
+    teacher_normalize_std: bool = Field(True, description="divide teacher advantages by the group's reward std")
+    max_tokens_per_microbatch: int = Field(
+        8192, ge=16, description="memory bound: rows x padded length of one forward/backward"
+    )
+    grad_clip: float | None = Field(1.0, gt=0, description="per-adapter gradient norm clip; None: off")
+
+
 class RunConfig(_Section):
     steps: int = Field(60, ge=1)
     checkpoint_every: int = Field(5, ge=1)
@@ -97,6 +122,7 @@ class Config(_Section):
     generation: GenerationConfig = GenerationConfig()
     sandbox: SandboxConfig = SandboxConfig()
     league: LeagueSection = LeagueSection()
+    learner: LearnerConfig = LearnerConfig()
     run: RunConfig = RunConfig()
 
     def to_yaml(self) -> str:
