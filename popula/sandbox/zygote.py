@@ -51,6 +51,7 @@ import gc
 import json
 import marshal
 import math
+import mmap
 import os
 import resource
 import select
@@ -71,6 +72,7 @@ CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 Py_TPFLAGS_IMMUTABLETYPE = 1 << 8
 _FRAME = struct.Struct(">I")
+_INTERNAL_ERROR = 70  # exit status of a child whose own (not the task's) code failed
 _DEVNULL = os.open(os.devnull, os.O_RDWR)
 _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozenset, tuple)
 
@@ -109,6 +111,22 @@ def _isolate_network(warnings):
         f"(unshare(CLONE_NEWNET): {first}; with CLONE_NEWUSER: {second}): sandboxed code "
         "runs without network isolation (imports of socket are still forbidden)"
     )
+
+
+def _check_aslr(warnings):
+    """Address-based nondeterminism (id(), default reprs) is caught reliably only with ASLR."""
+    ADDR_NO_RANDOMIZE = 0x0040000
+    persona = _libc().personality(0xFFFFFFFF)
+    try:
+        with open("/proc/sys/kernel/randomize_va_space") as fh:
+            system_off = fh.read().strip() == "0"
+    except OSError:
+        system_off = False
+    if system_off or (persona != -1 and persona & ADDR_NO_RANDOMIZE):
+        warnings.append(
+            "address-space randomisation (ASLR) is off: workers shift their heaps at random, "
+            "but nondeterminism through id() or default object reprs may go undetected"
+        )
 
 
 def _die_with_parent():
@@ -280,11 +298,21 @@ _HEAP_PAD = []
 
 
 def _jitter_heap():
-    """Shift where new small objects land by a random count per size class (see module doc)."""
-    noise = os.urandom(24)
-    for i, b in enumerate(noise):
-        _HEAP_PAD.append([(0,) * (i + 1) for _ in range(b % 8)])
-        _HEAP_PAD.append(bytearray(8 * i + (b % 16)))
+    """Shift where new objects land by a random number of live blocks per size class.
+
+    Two children forked from the same parent share a heap layout, and with ASLR off even
+    two workers may: id(), hash(object()) and default reprs would then repeat across the
+    validation runs. Random padding per class (object() 16 bytes, float 32, list/dict/
+    tuple, strings of random sizes) makes the next allocations land elsewhere.
+    """
+    noise = os.urandom(40)
+    pad = _HEAP_PAD
+    pad.append([object() for _ in range(noise[0])])  # 16-byte blocks
+    pad.append([float(i) + 0.5 for i in range(noise[1])])  # 32
+    pad.append([[] for _ in range(noise[2] % 64)])
+    pad.append([{} for _ in range(noise[3] % 64)])
+    for i, size in enumerate(range(64, 513, 16)):  # every larger class: strings of size-7 bytes
+        pad.extend("x" * (size - 56) + str(k) for k in range(noise[4 + i] % 16))
 
 
 def _args(*args, **kwargs):
@@ -378,7 +406,7 @@ def _child(jobs, cfg, base_builtins, tables, write_fd, close_fds):
             if result.get("err") == "memory":
                 break  # a fresh child (clean heap) takes the rest of the batch
     except BaseException:
-        pass
+        os._exit(_INTERNAL_ERROR)
     os._exit(0)
 
 
@@ -400,6 +428,7 @@ def _probe_jail(cfg, *close_fds):
                 os.close(fd)
             try:
                 _jail(cfg, 1)
+                _jitter_heap()
                 message = b"ok"
             except BaseException as err:
                 message = f"{type(err).__name__}: {err}".encode()[:500] or b"error"
@@ -420,6 +449,8 @@ def _blame(status, cfg):
         if sig in (signal.SIGXCPU, signal.SIGKILL):
             return _err("timeout", f"killed after the CPU limit of {cfg['cpu_s']} s ({signal.Signals(sig).name})")
         return _err("runtime_error", f"the process died from signal {signal.Signals(sig).name}")
+    if os.WEXITSTATUS(status) == _INTERNAL_ERROR:
+        return _err("runtime_error", "the sandbox child failed outside the task (setup or reporting)")
     return _err("runtime_error", f"exited without a result (exit status {os.WEXITSTATUS(status)})")
 
 
@@ -508,7 +539,21 @@ def _send(fd, payload):
         view = view[os.write(fd, view) :]
 
 
+def _shift_address_space():
+    """Map a random number of pages and a random-sized heap block before anything else.
+
+    Where ASLR is off (some containers), two workers would lay out their memory
+    identically, and objects reused from free lists would get equal addresses in both
+    validation runs. Shifting every later mapping (pymalloc arenas included) by a random
+    number of pages, and the brk heap by a random amount, keeps their addresses apart.
+    """
+    noise = os.urandom(4)
+    pages = 1 + int.from_bytes(noise[:2], "little") % 4096
+    return [mmap.mmap(-1, pages * mmap.PAGESIZE), bytearray(1 + int.from_bytes(noise[2:], "little"))]
+
+
 def main():
+    shift = _shift_address_space()  # noqa: F841  (kept alive for the worker's lifetime)
     cfg = json.loads(sys.argv[1])
     cfg["memory_bytes"] = int(cfg["memory_mb"]) * 1024 * 1024
     cfg["cpu_s"] = max(1, math.ceil(cfg["cpu_s"]))
@@ -520,6 +565,7 @@ def main():
     warnings = []
     _die_with_parent()
     _isolate_network(warnings)
+    _check_aslr(warnings)
     err = _probe_jail(cfg, proto_in, proto_out)
     if err and cfg["root"]:
         cfg["root"] = False
