@@ -1,0 +1,241 @@
+"""When to evolve, whom to replace, whom to breed from, and with which operator.
+
+Pure planning: `plan_replacements` reads ratings and a config and returns what to do;
+the caller (the run loop) makes the children with `make_child`, swaps them into the
+adapter set, the league and the optimiser state, and records the lineage. No tensors and
+no trainer imports here, so the plan is easy to test and to log before acting on it.
+
+Rules (all seeded from ``(config.seed, step, role)``, so a resumed run plans the same):
+- Every ``every`` steps (step > 0), in each role, the ``replace_bottom`` members with the
+  lowest conservative rating ``mu - 3 sigma`` are replaced (ties: by name).
+- Parents come from the survivors only. ``selection="tournament"``: draw
+  ``tournament_size`` distinct survivors uniformly, keep the best conservative rating;
+  a crossover runs two tournaments, the second without the first winner.
+  ``selection="weighted"``: draw with probability proportional to
+  ``exp((conservative - best) / temperature)``. Tournaments are the default: they only
+  use the ratings' order, so they do not care that TrueSkill's scale drifts.
+- The operator is drawn from ``operator_mix`` (weights need not sum to 1); when a role
+  has a single survivor, crossovers are left out of the draw.
+- The child gets a new name (DESIGN pitfall: never reuse an adapter's name for new
+  weights): ``<slot>-s<step>``, where slot is the replaced member's name without an
+  earlier ``-s<N>`` suffix.
+- The child's rating: mean of its parents' mu, their mean sigma times ``sigma_widen``
+  (capped at ``sigma_cap`` if given), so it re-enters near its parents but is quickly
+  corrected by its own matches.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import torch
+
+from evolution.errors import EvolutionError
+from evolution.lora import StateDict
+from evolution.registry import OPERATORS, get_operator
+
+Rating = tuple[float, float]
+"""(mu, sigma) as TrueSkill keeps them."""
+
+DEFAULT_MIX: dict[str, float] = {
+    "gaussian": 1.0,
+    "sv_perturb": 1.0,
+    "rotate": 1.0,
+    "slot_swap": 1.0,
+    "splice": 1.0,
+    "interpolate": 1.0,
+}
+"""Operators whose children, at their default strengths, kept >= 90% of the parents'
+reward and were at >= 95% within 5 update steps on the toy learning problem of
+tests/test_evolution_retention.py. ``mask`` is left out: dropping even one SVD component
+of a rank-4 delta lost about half the parents' gain there and did not recover in 10
+steps. To be confirmed on the tiny base with `popula retention`."""
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """How often and how hard the population is evolved (validated on creation)."""
+
+    every: int = 10
+    replace_bottom: int = 1
+    selection: Literal["tournament", "weighted"] = "tournament"
+    tournament_size: int = 2
+    temperature: float = 1.0
+    operator_mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    strengths: Mapping[str, float] = field(default_factory=dict)
+    sigma_widen: float = 1.5
+    sigma_cap: float | None = None
+    optimizer_state: Literal["reset", "inherit"] = "reset"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise EvolutionError(f"evolution.every must be >= 1, got {self.every}")
+        if self.replace_bottom < 0:
+            raise EvolutionError(f"evolution.replace_bottom must be >= 0, got {self.replace_bottom}")
+        if self.selection not in ("tournament", "weighted"):
+            raise EvolutionError(f"evolution.selection must be 'tournament' or 'weighted', got {self.selection!r}")
+        if self.tournament_size < 1:
+            raise EvolutionError(f"evolution.tournament_size must be >= 1, got {self.tournament_size}")
+        if not self.temperature > 0:
+            raise EvolutionError(f"evolution.temperature must be > 0, got {self.temperature}")
+        if self.optimizer_state not in ("reset", "inherit"):
+            raise EvolutionError(f"evolution.optimizer_state must be 'reset' or 'inherit', got {self.optimizer_state!r}")
+        if not self.sigma_widen >= 1:
+            raise EvolutionError(f"evolution.sigma_widen must be >= 1, got {self.sigma_widen}")
+        for name in [*self.operator_mix, *self.strengths]:
+            get_operator(name)
+        if any(not w >= 0 for w in self.operator_mix.values()) or not sum(self.operator_mix.values()) > 0:
+            raise EvolutionError(f"evolution.operator_mix needs weights >= 0 with a positive sum, got {dict(self.operator_mix)}")
+
+    def strength(self, operator: str) -> float:
+        """The configured strength of an operator, else its registered default."""
+        return float(self.strengths.get(operator, get_operator(operator).default_strength))
+
+    def due(self, step: int) -> bool:
+        """Whether `step` is an evolution step."""
+        return step > 0 and step % self.every == 0
+
+
+@dataclass(frozen=True)
+class LineageRecord:
+    """Where a member came from, as the league and leaderboard keep it."""
+
+    child: str
+    parents: tuple[str, ...]
+    operator: str
+    step: int
+    strength: float
+    seed: int
+    role: str
+    replaced: str
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "parents": list(self.parents)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> LineageRecord:
+        try:
+            return cls(**{**data, "parents": tuple(data["parents"])})
+        except (KeyError, TypeError) as exc:
+            raise EvolutionError(f"lineage record {dict(data)!r} is malformed: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """One planned replacement: ``old`` leaves, ``child`` (made from ``parents``) enters."""
+
+    role: str
+    old: str
+    child: str
+    parents: tuple[str, ...]
+    operator: str
+    strength: float
+    seed: int
+    step: int
+    child_rating: Rating
+    optimizer_state: Literal["reset", "inherit"]
+
+    def lineage(self) -> LineageRecord:
+        return LineageRecord(self.child, self.parents, self.operator, self.step, self.strength, self.seed, self.role, self.old)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (for metrics.jsonl's ``evolved`` list)."""
+        return {**asdict(self), "parents": list(self.parents), "child_rating": list(self.child_rating)}
+
+
+def conservative(rating: Rating) -> float:
+    """TrueSkill's conservative estimate mu - 3 sigma."""
+    return rating[0] - 3 * rating[1]
+
+
+def inherit_rating(parents: Sequence[Rating], sigma_widen: float = 1.5, sigma_cap: float | None = None) -> Rating:
+    """A child's starting rating: mean parent mu, mean parent sigma widened (and capped)."""
+    if not parents:
+        raise EvolutionError("a child needs at least one parent rating")
+    mu = sum(p[0] for p in parents) / len(parents)
+    sigma = sigma_widen * sum(p[1] for p in parents) / len(parents)
+    return mu, (min(sigma, sigma_cap) if sigma_cap is not None else sigma)
+
+
+def child_name(old: str, step: int) -> str:
+    """A fresh name for the member replacing ``old`` at ``step`` (``T2`` -> ``T2-s40``)."""
+    return f"{re.sub(r'-s[0-9]+$', '', old)}-s{step}"
+
+
+def plan_replacements(
+    step: int, ratings: Mapping[str, Mapping[str, Rating]], config: EvolutionConfig
+) -> list[Replacement]:
+    """The replacements to make at ``step``; empty when it is not an evolution step.
+
+    ``ratings`` maps role (e.g. "teacher", "student") to {member name: (mu, sigma)}.
+    """
+    if not config.due(step) or config.replace_bottom == 0:
+        return []
+    plan = []
+    for role in sorted(ratings):
+        members = ratings[role]
+        if len(members) <= config.replace_bottom:
+            raise EvolutionError(
+                f"role {role!r} has {len(members)} members; replacing the bottom "
+                f"{config.replace_bottom} would leave no parents (evolution.replace_bottom)"
+            )
+        rng = random.Random(f"evolution:{config.seed}:{step}:{role}")
+        order = sorted(members, key=lambda name: (conservative(members[name]), name))
+        victims, survivors = order[: config.replace_bottom], order[config.replace_bottom :]
+        for old in victims:
+            operator = _draw_operator(rng, config, len(survivors))
+            parents = _select(rng, {n: members[n] for n in survivors}, OPERATORS[operator].n_parents, config)
+            plan.append(
+                Replacement(
+                    role=role,
+                    old=old,
+                    child=child_name(old, step),
+                    parents=parents,
+                    operator=operator,
+                    strength=config.strength(operator),
+                    seed=rng.getrandbits(63),
+                    step=step,
+                    child_rating=inherit_rating([members[p] for p in parents], config.sigma_widen, config.sigma_cap),
+                    optimizer_state=config.optimizer_state,
+                )
+            )
+    return plan
+
+
+def make_child(replacement: Replacement, parents: Mapping[str, Mapping[str, torch.Tensor]]) -> StateDict:
+    """The child state dict of a planned replacement, from {parent name: state dict}."""
+    missing = [p for p in replacement.parents if p not in parents]
+    if missing:
+        raise EvolutionError(f"replacement of {replacement.old!r} needs parent state dicts {missing}")
+    spec = get_operator(replacement.operator)
+    return spec.apply([parents[p] for p in replacement.parents], replacement.strength, replacement.seed)
+
+
+def _draw_operator(rng: random.Random, config: EvolutionConfig, n_survivors: int) -> str:
+    names = [n for n, w in config.operator_mix.items() if w > 0 and OPERATORS[n].n_parents <= n_survivors]
+    if not names:
+        raise EvolutionError(
+            f"no operator in evolution.operator_mix {dict(config.operator_mix)} can run with "
+            f"{n_survivors} surviving parent(s): add a mutation"
+        )
+    return rng.choices(names, weights=[config.operator_mix[n] for n in names])[0]
+
+
+def _select(rng: random.Random, pool: Mapping[str, Rating], count: int, config: EvolutionConfig) -> tuple[str, ...]:
+    chosen: list[str] = []
+    for _ in range(count):
+        names = sorted(n for n in pool if n not in chosen)
+        if config.selection == "tournament":
+            entrants = rng.sample(names, min(config.tournament_size, len(names)))
+            chosen.append(max(entrants, key=lambda n: (conservative(pool[n]), n)))
+        else:
+            best = max(conservative(pool[n]) for n in names)
+            weights = [math.exp((conservative(pool[n]) - best) / config.temperature) for n in names]
+            chosen.append(rng.choices(names, weights=weights)[0])
+    return tuple(chosen)
