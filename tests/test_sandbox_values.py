@@ -88,3 +88,14 @@ def test_reprs_compare_by_value_not_by_text():
     assert reprs_equal("1.0", "1")
     assert not reprs_equal("(1, 2)", "[1, 2]")
     assert not reprs_equal("not a value", "not a value ")
+
+
+def test_plain_values_are_recognised_so_their_reprs_need_no_read_back():
+    from popula.sandbox.values import is_plain
+
+    assert is_plain([1, (2.5, "a"), {"k": {1, 2}}, None, b"x", frozenset({True})])
+    assert not is_plain(1 + 2j)  # '(nan+nanj)' would not read back: checked the slow way
+    assert not is_plain(type("L", (list,), {})())  # subclasses may have any repr
+    cyclic: list = []
+    cyclic.append(cyclic)
+    assert not is_plain(cyclic)

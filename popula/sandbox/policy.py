@@ -16,6 +16,7 @@ executes task text, and texts are capped in length before they are compiled.
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 from dataclasses import dataclass
 from types import CodeType
@@ -167,8 +168,12 @@ def _checked(code: CodeType, what: str, skip_globals: frozenset[str] = frozenset
     return code
 
 
+@functools.lru_cache(maxsize=4096)
 def compile_program(source: str, max_chars: int, what: str = "program") -> CodeType | Rejection:
-    """A program that defines `f`, checked and compiled; or why not."""
+    """A program that defines `f`, checked and compiled; or why not.
+
+    Cached: judging many rollouts of one task compiles its program once (code objects
+    are immutable, so sharing them is safe)."""
     if rejected := _too_long(source, what, max_chars):
         return rejected
     code = _compile(source, "exec", what)
@@ -183,6 +188,13 @@ _ARGS_ONLY = frozenset({rules.ARGS_NAME})
 
 
 def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inputs") -> list[CodeType] | Rejection:
+    """See _compile_argument_lists; cached like compile_program (a fresh list per call)."""
+    compiled = _compile_argument_lists(tuple(sources), max_chars, what)
+    return compiled if isinstance(compiled, Rejection) else list(compiled)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str) -> tuple[CodeType, ...] | Rejection:
     """Argument lists (`a, b=c` each) as code objects returning (args, kwargs); or why not.
 
     All lists of a task compile in one go (compiling is the pool's main cost): the
@@ -215,10 +227,10 @@ def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inpu
     if spans != expected:  # each call must close on its own closing line
         return Rejection("syntax", f"{what} are not separate argument lists")
     checked = _checked(code, what, _ARGS_ONLY)
-    return checked if isinstance(checked, Rejection) else lambdas
+    return checked if isinstance(checked, Rejection) else tuple(lambdas)
 
 
-def _blame_input(sources: list[str], what: str, err: SyntaxError) -> Rejection:
+def _blame_input(sources: tuple[str, ...] | list[str], what: str, err: SyntaxError) -> Rejection:
     """Name the input that broke the joint compile (the failure path only, so cost is moot)."""
     for i, text in enumerate(sources):
         try:

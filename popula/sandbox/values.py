@@ -116,6 +116,26 @@ def values_equal(a: Any, b: Any) -> bool:
         return False
 
 
+_ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
+_CONTAINERS = frozenset({list, tuple, set, frozenset})
+
+
+def is_plain(value: Any, depth: int = 0) -> bool:
+    """True if `value` is built only of exact built-in literal types (no subclasses, no
+    cycles, nesting under 100): then its repr reads back as an equal value, guaranteed,
+    and the costly read-back check can be skipped. False means "check the slow way"."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if depth > 100:
+        return False
+    if kind in _CONTAINERS:
+        return all(is_plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def reprs_equal(a: str, b: str) -> bool:
     """Whether two output reprs denote equal values (identical text is the fast path)."""
     if a == b:

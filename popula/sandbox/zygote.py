@@ -333,6 +333,8 @@ def _represent(value, limit):
         return None, ("unrepresentable", "repr did not return a string")
     if len(text) > limit:
         return None, ("output_too_large", f"output repr has {len(text)} characters (limit {limit})")
+    if values.is_plain(value):
+        return text, None
     try:
         ok = values.values_equal(values.read_value(text), value)
     except values.NotAValue:
