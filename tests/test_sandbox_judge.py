@@ -220,3 +220,13 @@ def test_a_dead_worker_takes_its_running_child_along():
         time.sleep(0.3)
         assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
         thread.join(timeout=30)
+
+
+def test_getattr_family_treats_private_names_as_missing(sandbox):
+    program = (
+        "def f(x):\n"
+        "    name = '_' + 'secret'\n"
+        "    return (hasattr(x, '__len__'), hasattr(x, name), getattr(x, name, 'none'), getattr(x, 'count')(1))"
+    )
+    [result] = sandbox.verify([_o(program, "[1, 2]")])
+    assert result.valid and result.outputs == ["(True, False, 'none', 1)"]

@@ -83,18 +83,13 @@ _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozense
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _libc():
-    return _LIBC
-
-
 def _isolate_network(warnings):
     """A fresh, empty network namespace for this worker and all its children."""
-    libc = _libc()
-    if libc.unshare(CLONE_NEWNET) == 0:
+    if _LIBC.unshare(CLONE_NEWNET) == 0:
         return
     first = os.strerror(ctypes.get_errno())
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+    if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         try:  # map ourselves, so files and limits behave as before
             with open("/proc/self/setgroups", "w") as fh:
                 fh.write("deny")
@@ -116,7 +111,7 @@ def _isolate_network(warnings):
 def _check_aslr(warnings):
     """Address-based nondeterminism (id(), default reprs) is caught reliably only with ASLR."""
     ADDR_NO_RANDOMIZE = 0x0040000
-    persona = _libc().personality(0xFFFFFFFF)
+    persona = _LIBC.personality(0xFFFFFFFF)
     try:
         with open("/proc/sys/kernel/randomize_va_space") as fh:
             system_off = fh.read().strip() == "0"
@@ -130,7 +125,7 @@ def _check_aslr(warnings):
 
 
 def _die_with_parent():
-    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _freeze_class(cls, warnings):
@@ -163,7 +158,7 @@ def _module_tables(warnings):
     """Import the allowed modules once; per module, the attributes tasks may see.
 
     Kept: public callables, classes and immutable values; mutable containers are copied
-    per job (see _new_module); anything else (e.g. decimal.DefaultContext) is left out.
+    per job (see _job_builtins); anything else (e.g. decimal.DefaultContext) is left out.
     """
     real = {}
     for name in sorted(rules.ALLOWED_MODULES):
@@ -193,28 +188,36 @@ def _module_tables(warnings):
 def _make_builtins():
     """The builtins every job starts from (a fresh dict per job, see _job_builtins)."""
 
-    def _check(name):
-        if isinstance(name, str) and name.startswith("_"):
-            raise AttributeError(f"attribute {name!r} is not accessible in the sandbox")
+    allowed = rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES
+
+    def hidden(name):
+        return isinstance(name, str) and name.startswith("_") and name not in allowed
+
+    def missing(name):
+        return AttributeError(f"attribute {name!r} is not accessible in the sandbox")
 
     real_getattr, real_setattr = builtins.getattr, builtins.setattr
     real_delattr, real_hasattr = builtins.delattr, builtins.hasattr
 
-    def safe_getattr(obj, name, *default):
-        _check(name)
+    def safe_getattr(obj, name, *default):  # a private name behaves as a missing attribute
+        if hidden(name):
+            if default:
+                return default[0]
+            raise missing(name)
         return real_getattr(obj, name, *default)
 
     def safe_setattr(obj, name, value):
-        _check(name)
+        if hidden(name):
+            raise missing(name)
         return real_setattr(obj, name, value)
 
     def safe_delattr(obj, name):
-        _check(name)
+        if hidden(name):
+            raise missing(name)
         return real_delattr(obj, name)
 
     def safe_hasattr(obj, name):
-        _check(name)
-        return real_hasattr(obj, name)
+        return False if hidden(name) else real_hasattr(obj, name)
 
     def quiet_print(*args, **kwargs):
         """Output is discarded: a task's result is its return value, and floods cost nothing."""
