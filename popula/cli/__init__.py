@@ -21,6 +21,7 @@ COMMANDS: list[str] = [
     "leaderboard",
     "pretrain",
     "tasks",
+    "eval",
 ]
 
 

@@ -1,0 +1,378 @@
+"""Specification of `popula eval` and `popula.evaluate`.
+
+pass@k is the unbiased estimator; the sandbox decides what is correct; tasks without
+outputs get them (invalid ones are skipped and counted); a real model that knows an
+answer is scored as knowing it; a run directory means its best student unless --adapter
+names another; every bad input is refused naming the file, line or adapter.
+
+The model is a 2-layer Llama trained here for a few seconds to memorise the answers of
+two tasks, so the whole path (prompt, engine, parsing, sandbox, counting) runs for real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import popula.cli
+from popula.adapters import AdapterStore
+from popula.engines.torch_engine import TorchEngine
+from popula.errors import PopulaError
+from popula.evaluate import (EvalSettings, TaskScore, encode_prompt, evaluate, judge, pass_at_k, prepare_tasks,
+                             run_adapter, summarize)
+from popula.league import League
+from popula.model.tokenizer import train_tokenizer
+from popula.sandbox import Sandbox
+from popula.tasks.prompts import CompactFormat
+from popula.tasks.records import TaskRecord
+
+# The two tasks the test model memorises (prompt -> answer), and one it was never shown.
+KNOWN = [
+    (TaskRecord("triple", "code_o", "def f(x):\n    return x * 3", ["4"], ["12"]), "12"),
+    (TaskRecord("reverse", "code_i", "def f(s):\n    return s[::-1]", ["'abc'"], ["'cba'"]), "'abc'"),
+]
+UNKNOWN = TaskRecord("add", "code_f", "def f(a, b):\n    return a + b", ["1, 2", "3, 4", "5, 6", "7, 8"],
+                     message="adds")
+UNKNOWN_SOLVED = dataclasses.replace(UNKNOWN, outputs=["3", "7", "11", "15"])
+FORBIDDEN = {"id": "bad", "type": "code_o", "program": "import os\ndef f(x):\n    return os.getpid()", "inputs": ["1"]}
+
+
+def task_lines() -> list[dict]:
+    """The evaluation file: the known tasks without outputs (the sandbox fills them), plus two more."""
+    rows = []
+    for task, _ in KNOWN:
+        row = task.to_json()
+        del row["outputs"]
+        rows.append(row)
+    return rows + [UNKNOWN.to_json(), FORBIDDEN]
+
+
+def write_tasks(path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in task_lines()))
+    return path
+
+
+def make_memorising_base(path: Path) -> Path:
+    """A tiny Llama (with the compact tokenizer) trained until greedy decoding answers KNOWN.
+
+    Training stops once every answer token is the argmax under teacher forcing, which is
+    exactly the path greedy decoding takes (about 40 Adam steps, under a second).
+    """
+    fmt = CompactFormat()
+    texts = [fmt.student_prompt(t) + fmt.answer_completion(t, a) + "<|end|>" for t, a in KNOWN]
+    tok = train_tokenizer(texts * 20 + [fmt.student_prompt(UNKNOWN_SOLVED)], 300, max_length=128)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    rows = []
+    for task, answer in KNOWN:
+        prompt = encode_prompt(tok, fmt.student_prompt(task))
+        completion = tok(fmt.answer_completion(task, answer), add_special_tokens=False)["input_ids"]
+        rows.append((prompt, completion + [tok.eos_token_id]))
+    width = max(len(p) + len(c) for p, c in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (p, c) in enumerate(rows):
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
+        mask[i, : len(p) + len(c)] = 1
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(300):
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+        predicted, wanted = out.logits.argmax(-1)[:, :-1], labels[:, 1:]
+        if ((predicted == wanted) | (wanted == -100)).all():
+            break
+    else:
+        raise AssertionError("the test model did not memorise its answers")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Two torch threads on a busy 2-core machine can run 20x slower than one: use one, then restore."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory) -> Path:
+    return make_memorising_base(tmp_path_factory.mktemp("base"))
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=1) as sb:
+        yield sb
+
+
+@pytest.fixture(scope="module")
+def engine(base_dir):
+    return TorchEngine(base_dir, max_adapters=2, max_rank=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(base_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(base_dir))
+
+
+@pytest.fixture(scope="module")
+def run_dir(base_dir, tmp_path_factory) -> Path:
+    """A run directory as `popula run` leaves it: config, adapters (S0, S1, T0) and a league where S1 leads."""
+    run = tmp_path_factory.mktemp("run")
+    (run / "config.yaml").write_text(f"base_model: {base_dir}\nengine: torch\nlora:\n  rank: 4\n  alpha: 8\n"
+                                     "generation:\n  student_max_tokens: 16\n")
+    store = AdapterStore(run / "adapters", base_dir, rank=4, alpha=8.0, seed=0)
+    for name in ("T0", "S0", "S1"):
+        store.create(name)  # B = 0: each adapter still answers what the base answers
+    league = League()
+    league.add_member("T0", "teacher")
+    league.add_member("S0", "student")
+    league.add_member("S1", "student")
+    league.members["S1"].mu, league.members["S1"].sigma = 30.0, 2.0  # best conservative rating
+    league.save(run / "league.json")
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _only_this_command(monkeypatch):
+    monkeypatch.setattr(popula.cli, "COMMANDS", ["eval"])
+
+
+# -- pass@k --------------------------------------------------------------------------------------
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2))  # 0.7
+    assert pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(5, 3, 3) == 1.0  # only 2 wrong samples: any 3 include a right one
+    for n in range(1, 13):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12)
+
+
+def test_pass_at_1_is_the_fraction_correct_and_pass_at_n_is_any_correct():
+    assert pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
+    assert pass_at_k(8, 1, 8) == 1.0
+    assert pass_at_k(8, 0, 8) == 0.0
+
+
+@pytest.mark.parametrize("n,c,k", [(4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5)])
+def test_pass_at_k_refuses_impossible_counts(n, c, k):
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def test_summary_averages_tasks_per_type_and_overall():
+    scores = [TaskScore("a", "code_o", 4, 4, 2), TaskScore("b", "code_o", 4, 2, 0), TaskScore("c", "code_f", 4, 3, 1)]
+    overall, by_type = summarize(scores, k=4)
+    assert list(by_type) == ["code_o", "code_f"]
+    assert by_type["code_o"].tasks == 2
+    assert by_type["code_o"].pass_at_1 == pytest.approx((0.5 + 0.0) / 2)
+    assert by_type["code_o"].pass_at_k == pytest.approx((1.0 + 0.0) / 2)
+    assert by_type["code_f"].pass_at_1 == pytest.approx(0.25)
+    assert overall.tasks == 3
+    assert overall.pass_at_1 == pytest.approx((0.5 + 0 + 0.25) / 3)
+    assert overall.pass_at_k == pytest.approx(2 / 3)
+    assert overall.answered_rate == pytest.approx(9 / 12)
+
+
+# -- the sandbox steps --------------------------------------------------------------------------
+
+
+def test_prepare_fills_missing_outputs_and_skips_invalid_tasks(sandbox):
+    from popula.tasks.records import parse_record
+
+    records = [parse_record(r, f"line {i}") for i, r in enumerate(task_lines())]
+    records[0].answer = "999"  # an answer in the file is not the model's: ignored
+    ready, skipped = prepare_tasks(records, sandbox)
+    assert [t.id for t in ready] == ["triple", "reverse", "add"], skipped
+    assert ready[0].outputs == ["12"] and ready[0].answer is None
+    assert ready[1].outputs == ["'cba'"]
+    assert ready[2].outputs == ["3", "7", "11", "15"]
+    assert dict(skipped) == {"forbidden": 1}
+    assert records[0].outputs == []  # the caller's records are not modified
+
+
+def test_judge_counts_right_answers_only(sandbox):
+    triple, reverse = KNOWN[0][0], KNOWN[1][0]
+    add = UNKNOWN_SOLVED
+    answers = [
+        ["12", "13", "3 * 4", None],  # code_o: a literal, a wrong value, an expression, malformed
+        ["'abc'", "'cba'", "'ab' + 'c'", "((("],  # code_i: any input whose output matches
+        ["def f(a, b):\n    return a + b", "def f(a, b):\n    return 7", "def f(a, b):\n    return b + a",
+         "def f(a, b):\n    import os\n    return a"],  # code_f: judged on the hidden pairs (5, 6) and (7, 8)
+    ]
+    assert judge([triple, reverse, add], answers, sandbox) == [
+        [True, False, True, False],
+        [True, False, True, False],
+        [True, False, True, False],
+    ]
+
+
+def test_encode_prompt_puts_the_bos_token_first_once(tokenizer):
+    ids = encode_prompt(tokenizer, "## output\n")
+    assert ids[0] == tokenizer.bos_token_id
+    assert ids[1:] == tokenizer("## output\n", add_special_tokens=False)["input_ids"]
+    assert encode_prompt(tokenizer, "<|end|>## output\n").count(tokenizer.bos_token_id) == 1
+
+
+# -- the whole loop on a real engine ------------------------------------------------------------
+
+
+def _records(tmp_path: Path):
+    from popula.tasks.records import read_records
+
+    return read_records(write_tasks(tmp_path / "tasks.jsonl"))
+
+
+def test_a_model_that_knows_two_answers_scores_them_and_only_them(engine, tokenizer, sandbox, tmp_path):
+    report = evaluate(engine, tokenizer, _records(tmp_path), adapter=None, sandbox=sandbox,
+                      settings=EvalSettings(samples=1, max_tokens=24), context=128)
+    assert report.temperature == 0.0  # one sample: greedy
+    assert report.tasks_in_file == 4 and report.skipped == {"forbidden": 1}
+    assert {t.id: t.correct for t in report.per_task} == {"triple": 1, "reverse": 1, "add": 0}
+    assert report.by_type["code_o"].pass_at_1 == 1.0
+    assert report.by_type["code_i"].pass_at_1 == 1.0
+    assert report.by_type["code_f"].pass_at_1 == 0.0
+    assert report.overall.tasks == 3
+    assert report.overall.pass_at_1 == pytest.approx(2 / 3)
+
+
+def test_several_samples_give_pass_at_k_and_are_reproducible_by_seed(engine, tokenizer, sandbox, tmp_path):
+    records = _records(tmp_path)
+    settings = EvalSettings(samples=3, max_tokens=12, seed=5)
+    first = evaluate(engine, tokenizer, records, adapter=None, sandbox=sandbox, settings=settings, context=128)
+    again = evaluate(engine, tokenizer, records, adapter=None, sandbox=sandbox, settings=settings, context=128)
+    assert first.temperature == 0.8 and first.k == 3
+    assert all(t.samples == 3 for t in first.per_task)
+    assert [(t.answered, t.correct) for t in first.per_task] == [(t.answered, t.correct) for t in again.per_task]
+    for group in [first.overall, *first.by_type.values()]:
+        assert 0.0 <= group.pass_at_1 <= group.pass_at_k <= 1.0
+
+
+def test_a_prompt_longer_than_the_context_is_not_attempted_and_counts_as_failed(engine, tokenizer, sandbox):
+    long = TaskRecord("long", "code_o", "def f(x):\n" + "    x = x + 1\n" * 60 + "    return x", ["0"], ["60"])
+    report = evaluate(engine, tokenizer, [long, KNOWN[0][0]], adapter=None, sandbox=sandbox,
+                      settings=EvalSettings(max_tokens=24), context=128)
+    assert report.not_attempted == 1
+    assert {t.id: (t.attempted, t.correct) for t in report.per_task} == {"long": (False, 0), "triple": (True, 1)}
+
+
+# -- run directories ----------------------------------------------------------------------------
+
+
+def test_a_league_member_resolves_to_the_adapter_it_trains(run_dir, tmp_path):
+    assert run_adapter(run_dir, "S1").path == run_dir / "adapters" / "S1"
+    # single-agent baseline: member S0 trains adapter A0 (the roster is in the checkpoint)
+    single = tmp_path / "single"
+    (single / "adapters").mkdir(parents=True)
+    (single / "adapters" / "store.json").write_text(json.dumps({"next_uid": 2, "latest": {"A0": {"version": 3, "uid": 1}}}))
+    (single / "checkpoints" / "step-000003").mkdir(parents=True)
+    (single / "checkpoints" / "step-000003" / "state.json").write_text(
+        json.dumps({"step": 3, "roster": {"adapter_of": {"T0": "A0", "S0": "A0"}, "next_index": {}}}))
+    ref = run_adapter(single, "S0")
+    assert (ref.name, ref.version, ref.uid) == ("A0", 3, 1)
+
+
+def test_cli_on_a_run_dir_evaluates_the_best_student_and_prints_json(run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    assert popula.cli.main(["eval", str(run_dir), "--tasks", str(tasks), "--json", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert data["adapter"] == "S1" and data["engine"] == "torch" and data["model"] == str(run_dir)
+    assert data["max_tokens"] == 16  # the run config's student_max_tokens
+    assert data["by_type"]["code_o"]["pass_at_1"] == 1.0
+    assert data["overall"]["pass_at_1"] == pytest.approx(2 / 3)
+    assert data["skipped"] == {"forbidden": 1}
+    assert set(data) >= {"samples", "k", "temperature", "overall", "by_type", "not_attempted"}
+    assert "per_task" not in data
+
+
+def test_cli_with_a_named_adapter_prints_a_table(run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    assert popula.cli.main(["eval", str(run_dir), "--tasks", str(tasks), "--adapter", "S0", "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "(adapter S0)" in lines[0]
+    assert lines[1].split() == ["type", "tasks", "pass@1", "pass@1", "answered"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert rows["code_o"][1:3] == ["1", "1.000"]
+    assert rows["overall"][1:3] == ["3", "0.667"]
+    assert "forbidden 1" in lines[-1]
+
+
+def test_cli_on_a_bare_model_directory(base_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    assert popula.cli.main(["eval", str(base_dir), "--tasks", str(tasks), "--json", "--max-tokens", "16",
+                            "--workers", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["adapter"] is None and data["overall"]["pass_at_1"] == pytest.approx(2 / 3)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def _fails(argv: list[str], capsys) -> str:
+    assert popula.cli.main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_a_missing_tasks_file_is_named(run_dir, tmp_path, capsys):
+    err = _fails(["eval", str(run_dir), "--tasks", str(tmp_path / "nope.jsonl")], capsys)
+    assert "nope.jsonl: no such task file" in err
+
+
+def test_a_bad_task_line_is_named_by_file_and_line(run_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(task_lines()[0]) + "\n" + '{"id": "x", "type": "code_q"}\n')
+    err = _fails(["eval", str(run_dir), "--tasks", str(bad)], capsys)
+    assert "bad.jsonl:2" in err and "type" in err
+
+
+def test_an_unknown_adapter_is_named_with_the_known_ones(run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    err = _fails(["eval", str(run_dir), "--tasks", str(tasks), "--adapter", "S9"], capsys)
+    assert "S9" in err and "S0, S1, T0" in err
+
+
+def test_a_missing_run_dir_is_named(tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    err = _fails(["eval", str(tmp_path / "no-run"), "--tasks", str(tasks)], capsys)
+    assert "no-run" in err and "no such run directory" in err
+
+
+def test_a_run_dir_without_a_league_is_named(run_dir, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    err = _fails(["eval", str(broken), "--tasks", str(tasks)], capsys)
+    assert "league.json" in err
+
+
+def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    assert "--samples" in _fails(["eval", str(run_dir), "--tasks", str(tasks), "--samples", "0"], capsys)
+    with pytest.raises(PopulaError, match="--top-p"):
+        EvalSettings(top_p=0.0)
