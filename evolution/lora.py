@@ -5,6 +5,8 @@ A PEFT adapter stores, per adapted linear layer ("module"), two tensors:
     <prefix>.lora_A[.<adapter>].weight   shape (r, in)
     <prefix>.lora_B[.<adapter>].weight   shape (out, r)
 
+(saved files have no ``.<adapter>`` part; a live PeftModel's state dict has it). A
+module is named by its prefix.
 and the layer computes ``W x + scale * B A x`` with ``scale = lora_alpha / r`` (or
 ``lora_alpha / sqrt(r)`` for rsLoRA). Every operator in this package acts on the product
 ``B A``: parent and child share one adapter config, so ``scale`` multiplies parent and
@@ -54,8 +56,13 @@ def lora_modules(state: Mapping[str, torch.Tensor]) -> list[LoraModule]:
         match = _LORA_KEY.match(key)
         if match is None:
             continue
-        name = match["prefix"] + (match["adapter"] or "")
-        (a_keys if match["factor"] == "A" else b_keys)[name] = key
+        name = match["prefix"]
+        keys = a_keys if match["factor"] == "A" else b_keys
+        if name in keys:
+            raise EvolutionError(
+                f"{name}: several LoRA adapters in one state dict ({keys[name]!r} and {key!r}); pass one adapter's tensors"
+            )
+        keys[name] = key
     if a_keys.keys() != b_keys.keys():
         missing = sorted(set(a_keys) ^ set(b_keys))
         raise EvolutionError(f"LoRA modules with only one of lora_A/lora_B: {missing[:5]}")
