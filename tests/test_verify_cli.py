@@ -67,3 +67,17 @@ def test_bad_options_exit_2(args, capsys):
 def test_help_describes_the_command():
     done = subprocess.run([sys.executable, "-m", "popula", "verify", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--workers" in done.stdout and "--out" in done.stdout
+
+
+@pytest.mark.slow
+def test_big_files_show_a_progress_bar_on_stderr(tmp_path, capsys):
+    from popula.tasks.generator import generate_tasks
+    from popula.tasks.records import write_jsonl
+
+    path = tmp_path / "big.jsonl"
+    write_jsonl(path, [t.to_json() for t in generate_tasks(600, seed=3, verify=False)])
+    out = tmp_path / "out.jsonl"
+    assert main(["verify", str(path), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "600/600" in err and "valid 600/600" in err
+    assert len(out.read_text().splitlines()) == 600
