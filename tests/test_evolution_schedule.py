@@ -1,0 +1,152 @@
+"""The replacement plan: who is replaced, by whose child, made how, rated how."""
+
+import json
+
+import pytest
+import torch
+
+from evolution import (
+    DEFAULT_MIX,
+    OPERATORS,
+    EvolutionConfig,
+    EvolutionError,
+    LineageRecord,
+    child_name,
+    conservative,
+    inherit_rating,
+    make_child,
+    plan_replacements,
+)
+
+RATINGS = {
+    "teacher": {"T0": (25.0, 8.3), "T1": (30.0, 2.0), "T2": (20.0, 1.0), "T3": (28.0, 3.0)},
+    "student": {"S0": (24.0, 2.0), "S1": (27.0, 1.0), "S2": (26.0, 1.5), "S3": (35.0, 6.0)},
+}
+
+
+def test_nothing_is_planned_off_schedule_or_at_step_zero():
+    config = EvolutionConfig(every=5)
+    assert plan_replacements(0, RATINGS, config) == []
+    assert plan_replacements(7, RATINGS, config) == []
+    assert plan_replacements(10, RATINGS, config) != []
+
+
+def test_the_bottom_m_of_each_role_by_conservative_rating_are_replaced():
+    plan = plan_replacements(10, RATINGS, EvolutionConfig(every=10, replace_bottom=2))
+    replaced = {(r.role, r.old) for r in plan}
+    # Conservative: T0 0.1, T2 17, T3 19, T1 24; S3 17, S0 18, S2 21.5, S1 24.
+    assert replaced == {("teacher", "T0"), ("teacher", "T2"), ("student", "S3"), ("student", "S0")}
+
+
+def test_parents_are_survivors_and_crossovers_get_two_distinct_ones():
+    config = EvolutionConfig(every=1, replace_bottom=2, operator_mix={"interpolate": 1.0})
+    for step in range(1, 30):
+        for r in plan_replacements(step, RATINGS, config):
+            assert len(r.parents) == 2 and r.parents[0] != r.parents[1]
+            assert r.old not in r.parents
+            bottom = sorted(RATINGS[r.role], key=lambda n: conservative(RATINGS[r.role][n]))[:2]
+            assert not set(r.parents) & set(bottom)
+
+
+def test_a_tournament_of_all_survivors_always_picks_the_best():
+    config = EvolutionConfig(every=1, tournament_size=10, operator_mix={"sv_perturb": 1.0})
+    for step in range(1, 10):
+        parents = {r.role: r.parents for r in plan_replacements(step, RATINGS, config)}
+        assert parents == {"teacher": ("T1",), "student": ("S1",)}
+
+
+def test_rating_weighted_selection_prefers_higher_ratings():
+    config = EvolutionConfig(every=1, selection="weighted", temperature=2.0, operator_mix={"gaussian": 1.0})
+    picks = [plan_replacements(s, {"teacher": RATINGS["teacher"]}, config)[0].parents[0] for s in range(1, 400)]
+    assert picks.count("T1") > picks.count("T3") > picks.count("T2") > 0
+
+
+def test_a_role_with_one_survivor_gets_mutations_only():
+    ratings = {"teacher": {"T0": (20.0, 1.0), "T1": (30.0, 1.0)}}
+    config = EvolutionConfig(every=1, operator_mix={"interpolate": 5.0, "rotate": 1.0})
+    assert {plan_replacements(s, ratings, config)[0].operator for s in range(1, 50)} == {"rotate"}
+    with pytest.raises(EvolutionError, match="add a mutation"):
+        plan_replacements(1, ratings, EvolutionConfig(every=1, operator_mix={"splice": 1.0}))
+
+
+def test_operators_follow_the_configured_mix():
+    config = EvolutionConfig(every=1, operator_mix={"rotate": 3.0, "slot_swap": 1.0, "mask": 0.0})
+    ops = [r.operator for s in range(1, 200) for r in plan_replacements(s, RATINGS, config)]
+    assert set(ops) == {"rotate", "slot_swap"}
+    assert 2.0 < ops.count("rotate") / ops.count("slot_swap") < 4.5
+
+
+def test_plans_are_reproducible_and_depend_on_the_seed():
+    plans = [plan_replacements(20, RATINGS, EvolutionConfig(every=10, seed=s)) for s in (1, 1, 2)]
+    assert plans[0] == plans[1]
+    assert [r.seed for r in plans[0]] != [r.seed for r in plans[2]]
+
+
+def test_children_get_new_names_and_inherit_widened_ratings():
+    config = EvolutionConfig(every=10, sigma_widen=2.0, operator_mix={"interpolate": 1.0}, tournament_size=3)
+    plan = plan_replacements(40, RATINGS, config)
+    teacher = next(r for r in plan if r.role == "teacher")
+    assert teacher.child == "T0-s40" and teacher.child not in RATINGS["teacher"]
+    mus = [RATINGS["teacher"][p][0] for p in teacher.parents]
+    sigmas = [RATINGS["teacher"][p][1] for p in teacher.parents]
+    assert teacher.child_rating == pytest.approx((sum(mus) / 2, 2.0 * sum(sigmas) / 2))
+    assert teacher.strength == OPERATORS["interpolate"].default_strength
+
+
+def test_child_names_never_pile_up_suffixes():
+    assert child_name("T2", 40) == "T2-s40"
+    assert child_name("T2-s40", 80) == "T2-s80"
+
+
+def test_inherited_sigma_can_be_capped():
+    assert inherit_rating([(20.0, 4.0), (30.0, 6.0)], sigma_widen=2.0) == (25.0, 10.0)
+    assert inherit_rating([(20.0, 4.0), (30.0, 6.0)], sigma_widen=2.0, sigma_cap=8.0) == (25.0, 8.0)
+
+
+def test_configured_strengths_override_defaults():
+    config = EvolutionConfig(every=1, operator_mix={"rotate": 1.0}, strengths={"rotate": 0.05})
+    assert all(r.strength == 0.05 for r in plan_replacements(1, RATINGS, config))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"every": 0}, "every"),
+        ({"replace_bottom": -1}, "replace_bottom"),
+        ({"selection": "roulette"}, "selection"),
+        ({"operator_mix": {"average_factors": 1.0}}, "average_factors"),
+        ({"operator_mix": {"rotate": 0.0}}, "operator_mix"),
+        ({"sigma_widen": 0.5}, "sigma_widen"),
+        ({"optimizer_state": "keep"}, "optimizer_state"),
+    ],
+)
+def test_bad_config_is_rejected_naming_the_field(kwargs, field):
+    with pytest.raises(EvolutionError, match=field):
+        EvolutionConfig(**kwargs)
+
+
+def test_replacing_every_member_of_a_role_is_refused():
+    with pytest.raises(EvolutionError, match="replace_bottom"):
+        plan_replacements(10, RATINGS, EvolutionConfig(every=10, replace_bottom=4))
+
+
+def test_default_mix_leaves_out_the_operator_that_failed_retention():
+    assert "mask" not in DEFAULT_MIX and set(DEFAULT_MIX) <= set(OPERATORS)
+
+
+def test_make_child_applies_the_planned_operator_and_lineage_round_trips_as_json():
+    config = EvolutionConfig(every=10, operator_mix={"splice": 1.0})
+    replacement = plan_replacements(10, RATINGS, config)[0]
+    g = torch.Generator().manual_seed(0)
+    states = {
+        name: {"m.lora_A.weight": torch.randn(2, 8, generator=g), "m.lora_B.weight": torch.randn(6, 2, generator=g)}
+        for name in RATINGS[replacement.role]
+    }
+    child = make_child(replacement, states)
+    again = OPERATORS["splice"].apply([states[p] for p in replacement.parents], replacement.strength, replacement.seed)
+    assert all(torch.equal(child[k], again[k]) for k in child)
+    record = replacement.lineage()
+    assert LineageRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    assert json.loads(json.dumps(replacement.to_dict()))["operator"] == "splice"
+    with pytest.raises(EvolutionError, match="needs parent state dicts"):
+        make_child(replacement, {})
