@@ -47,6 +47,7 @@ def test_ordinary_programs_compile(program):
         ("def f():\n    return breakpoint()", "forbidden", "breakpoint"),
         ("def f():\n    def g():\n        return vars()\n    return g", "forbidden", "vars"),
         ("x = 1\n" * 20_000 + "def f(): pass", "syntax", "limit"),
+        ("from collections.abc import Sequence\ndef f():\n    Sequence.register(dict)", "forbidden", "register"),
     ],
 )
 def test_programs_outside_the_policy_are_rejected_with_a_reason(program, reason, mentions):

@@ -105,6 +105,10 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> N
             attr = names[_name_index(op, arg)]
             if attr in rules.FRAME_ATTRIBUTES:
                 raise _Forbidden(f"uses the attribute {attr!r}")
+            if attr in rules.REGISTRY_ATTRIBUTES and not (
+                prev[0] in _LOCAL_OPS and _local_name(code, *prev) in rules.PRIVATE_ATTRIBUTE_RECEIVERS
+            ):
+                raise _Forbidden(f"uses the registry method {attr!r}")
             if attr.startswith("_"):
                 if attr.startswith("__") and attr.endswith("__"):
                     if attr not in rules.SAFE_DUNDER_ATTRIBUTES:

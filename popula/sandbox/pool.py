@@ -406,12 +406,17 @@ class _Work:
                     batch.append(unit)
         while self.answer_queue and len(batch) < n:
             batch.append(self.answer_queue.popleft())
+        seconds: list[_Unit] = []
         while self.fresh and len(batch) < n:
             task = self.fresh.popleft()
             job = self.plans[task].validate
             assert job is not None
             batch.append(_Unit(task, "run", job, self.gen[task]))
-            self.second[slot].append(_Unit(task, "run", job, self.gen[task]))
+            seconds.append(_Unit(task, "run", job, self.gen[task]))
+        # Second runs go in reverse order: if a job ever managed to leave state behind for
+        # the next jobs of its child, its victims would see it in one run and not in the
+        # other, and be rejected as nondeterministic instead of passing with wrong outputs.
+        self.second[slot].extend(reversed(seconds))
         return batch
 
     def deliver(self, unit: _Unit, result: RunResult) -> None:

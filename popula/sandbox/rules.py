@@ -142,6 +142,11 @@ FRAME_ATTRIBUTES: frozenset[str] = frozenset(
 # Single-underscore attributes that are public API (namedtuple's), allowed on any receiver.
 PUBLIC_UNDERSCORE_ATTRIBUTES: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
 
+# Methods that change process-wide registries (abc.ABCMeta.register: after
+# `Sequence.register(dict)` every later isinstance check in the process changes); allowed
+# only on the program's own objects (self/cls), like private attributes.
+REGISTRY_ATTRIBUTES: frozenset[str] = frozenset({"register", "_abc_register"})
+
 # Receivers on which a program may use single-underscore attributes (its own classes).
 PRIVATE_ATTRIBUTE_RECEIVERS: frozenset[str] = frozenset({"self", "cls", "other"})
 
