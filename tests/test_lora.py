@@ -63,12 +63,13 @@ def peft_with(base: torch.nn.Module, adapters: dict[str, tuple[dict, int, float]
 ADAPTERS = {"t1": (8, 16.0, 1), "t2": (8, 16.0, 2), "s1": (4, 4.0, 3)}  # name: rank, alpha, seed
 
 
+@pytest.mark.parametrize("kernel", ["grouped", "gather"])
 @pytest.mark.parametrize("make_base", [tiny_llama, tiny_qwen2], ids=["llama", "qwen2"])
-def test_each_row_of_a_mixed_batch_matches_peft_with_that_rows_adapter(make_base):
+def test_each_row_of_a_mixed_batch_matches_peft_with_that_rows_adapter(make_base, kernel):
     base = make_base()
     sds = {n: random_adapter(base, r, s) for n, (r, _, s) in ADAPTERS.items()}
     peft_model = peft_with(base, {n: (sds[n], r, a) for n, (r, a, _) in ADAPTERS.items()}).eval()
-    mm = MultiLoRAModel(copy.deepcopy(base), rank=8, alpha=16.0, n_slots=4).eval()
+    mm = MultiLoRAModel(copy.deepcopy(base), rank=8, alpha=16.0, n_slots=4, kernel=kernel).eval()
     slot_of = {"t1": 0, "t2": 3, "s1": 1}
     for n, (_, alpha, _) in ADAPTERS.items():
         mm.load_slot(slot_of[n], sds[n], alpha=alpha)
@@ -93,11 +94,12 @@ def test_each_row_of_a_mixed_batch_matches_peft_with_that_rows_adapter(make_base
     assert not torch.allclose(logits[0], logits[3], atol=1e-3)  # adapters really differ
 
 
+@pytest.mark.parametrize("kernel", ["grouped", "gather"])
 @pytest.mark.parametrize("make_base", [tiny_llama, tiny_qwen2], ids=["llama", "qwen2"])
-def test_gradient_to_each_adapter_equals_peft_training_it_alone_on_its_rows(make_base):
+def test_gradient_to_each_adapter_equals_peft_training_it_alone_on_its_rows(make_base, kernel):
     base = make_base()
     sds = {n: random_adapter(base, r, s) for n, (r, _, s) in ADAPTERS.items()}
-    mm = MultiLoRAModel(copy.deepcopy(base), rank=8, alpha=16.0, n_slots=3)
+    mm = MultiLoRAModel(copy.deepcopy(base), rank=8, alpha=16.0, n_slots=3, kernel=kernel)
     slot_of = {"t1": 2, "t2": 0, "s1": 1}
     for n, (_, alpha, _) in ADAPTERS.items():
         mm.load_slot(slot_of[n], sds[n], alpha=alpha)
@@ -202,3 +204,20 @@ def test_bad_adapters_and_targets_are_refused_with_errors_naming_them():
     with pytest.raises(ValueError, match="slot indices"):
         with mm.route([0, 1]):
             pass
+
+
+def test_rows_ordered_by_slot_and_shuffled_rows_give_the_same_logits():
+    base = tiny_llama()
+    adapters = [random_adapter(base, rank=4, seed=slot) for slot in range(3)]
+    mm = MultiLoRAModel(base, rank=4, alpha=8.0, n_slots=3)
+    for slot, sd in enumerate(adapters):
+        mm.load_slot(slot, sd)
+    ordered = [0, 0, 1, 2, 2, -1]  # the layout the torch engine builds: by slot, base rows last
+    perm = [4, 1, 5, 0, 3, 2]
+    ids = torch.randint(0, 96, (6, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        with mm.route(ordered):
+            a = mm(input_ids=ids).logits
+        with mm.route([ordered[i] for i in perm]):
+            b = mm(input_ids=ids[perm]).logits
+    torch.testing.assert_close(b, a[perm])

@@ -54,6 +54,9 @@ class MultiLoRAModel(nn.Module):
         mm.load_slot(0, peft_state_dict)          # or mm.init_slot(0, generator)
         with mm.route([0, 0, -1, 3]):             # one entry per batch row, -1 = bare base
             logits = mm(input_ids=ids, attention_mask=mask).logits
+
+    kernel: "auto" (grouped matmul where torch supports it for the device and dtype, else
+    gather + bmm), "grouped" or "gather"; see `popula.lora.layer`.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class MultiLoRAModel(nn.Module):
         rank: int = 8,
         alpha: float = 16.0,
         n_slots: int = 8,
+        kernel: str = "auto",
     ) -> None:
         super().__init__()
         self.base_model = base_model
@@ -77,7 +81,7 @@ class MultiLoRAModel(nn.Module):
         for path, linear in find_target_linears(base_model, self.target_modules).items():
             parent_path, _, child = path.rpartition(".")
             parent = base_model.get_submodule(parent_path) if parent_path else base_model
-            layer = MultiLoRALinear(linear, n_slots=n_slots, rank=rank, routing=self.routing)
+            layer = MultiLoRALinear(linear, n_slots=n_slots, rank=rank, routing=self.routing, kernel=kernel)
             setattr(parent, child, layer)
             self.lora_layers[path] = layer
 
@@ -90,9 +94,10 @@ class MultiLoRAModel(nn.Module):
     def route(self, slots: Sequence[int] | torch.Tensor) -> Iterator[None]:
         """Route batch row i through slot `slots[i]` (-1: bare base) for forwards inside the block.
 
-        A batch where every row is the bare base skips the LoRA math entirely.
+        A batch where every row is the bare base skips the LoRA math entirely. Rows already
+        ordered by slot (base rows last) save the per-layer permutation.
         """
-        previous = self.routing.rows
+        previous = self.routing.plan.rows if self.routing.plan is not None else None
         self.set_routing(slots)
         try:
             yield
@@ -112,7 +117,7 @@ class MultiLoRAModel(nn.Module):
             raise ValueError(f"slot indices must be in [-1, {self.n_slots - 1}], got {rows.tolist()}")
         device = next(iter(self.lora_layers.values())).scaling.device
         rows = torch.where(rows < 0, torch.full_like(rows, self.n_slots), rows).to(device)
-        self.routing.set(None if bool((rows == self.n_slots).all()) else rows)
+        self.routing.set(rows)
 
     # -- slot weights ----------------------------------------------------------------------
 
