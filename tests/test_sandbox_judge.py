@@ -230,3 +230,8 @@ def test_getattr_family_treats_private_names_as_missing(sandbox):
     )
     [result] = sandbox.verify([_o(program, "[1, 2]")])
     assert result.valid and result.outputs == ["(True, False, 'none', 1)"]
+
+
+def test_an_oversized_answer_is_malformed_without_being_parsed(sandbox):
+    [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="[" + "1, " * 20_000 + "]")])
+    assert result.valid and result.correct is False and result.answer_reason == "syntax"

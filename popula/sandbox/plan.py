@@ -50,6 +50,7 @@ def hidden_split(n_inputs: int) -> int:
 
 
 def plan_record(record: TaskRecord, limits: Limits) -> Plan:
+    """Check and compile what `record` needs; decide which runs it takes (module doc)."""
     plan = Plan(record)
     cap = limits.max_source_chars
     program: CodeType | None = None
@@ -84,7 +85,9 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     if record.answer is None:
         return plan
     answer = record.answer
-    if record.type == "code_o":
+    if len(answer) > cap:
+        plan.answer_rejection = Rejection("syntax", f"answer has {len(answer)} characters (limit {cap})")
+    elif record.type == "code_o":
         try:
             plan.answer_value = read_value(answer)
         except NotAValue:
