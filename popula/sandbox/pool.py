@@ -101,6 +101,7 @@ class Sandbox:
         self._selector = selectors.DefaultSelector()
         self._warned: set[str] = set()
         self._closed = False
+        self._busy = False
         try:
             self._start_all()
         except BaseException:
@@ -249,6 +250,15 @@ class Sandbox:
         """
         if self._closed:
             raise SandboxError("this Sandbox is closed")
+        if self._busy:
+            raise SandboxError("verify() is already running on this Sandbox (one call at a time)")
+        self._busy = True
+        try:
+            return self._verify(records, progress)
+        finally:
+            self._busy = False
+
+    def _verify(self, records: Sequence[TaskRecord], progress: Callable[[int], None] | None) -> list[VerifyResult]:
         work = _Work(records, self.limits, self._n_slots, progress)
         # ~4 batches per worker, so the load balances, yet batches big enough to amortise forks
         batch_size = max(1, min(_MAX_BATCH, -(-3 * len(records) // (self._n_slots * 4))))
