@@ -111,6 +111,19 @@ def test_one_mixed_batch_serves_every_adapter_exactly_as_peft_does(world):
     assert engine.loaded_adapters() == sorted(ref.uid for ref in refs[1:])
 
 
+def test_a_batch_with_more_adapters_than_lora_slots_serves_each_as_if_alone(world):
+    _, store, engine = world
+    for i in range(3):
+        if f"x{i}" not in store.names():
+            store.create(f"x{i}")
+            updated(store, f"x{i}", seed=40 + i)
+    refs = [store.latest(n) for n in ("t0", "s0", "s1", "x0", "x1", "x2")]  # 6 adapters, max_loras 4
+    together = engine.generate([greedy(PROMPTS[0], ref) for ref in refs])
+    alone = [engine.generate([greedy(PROMPTS[0], ref)])[0] for ref in refs]
+    assert [r.samples[0].token_ids for r in together] == [r.samples[0].token_ids for r in alone]
+    assert len({tuple(r.samples[0].token_ids) for r in together}) == 6
+
+
 def test_sampled_logprobs_are_those_of_the_tempered_distribution_the_sampler_drew_from(world):
     base, store, engine = world
     ref = store.latest("s0")

@@ -123,6 +123,9 @@ class VLLMEngine:
             max_lora_rank=vllm_max_lora_rank(max_lora_rank), seed=seed, dtype=dtype,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
+            # vLLM's host-side LoRA cache: room for a whole population plus its next versions,
+            # so a batch's adapters are not evicted between `add_lora` and the step using them.
+            max_cpu_loras=2 * max_loras,
         )
         if kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
@@ -131,7 +134,7 @@ class VLLMEngine:
         kwargs.update(vllm_kwargs or {})
         self._llm: Any = LLM(**kwargs)
         self.vocab_size = self._llm.llm_engine.model_config.get_vocab_size()
-        self._loaded: dict[int, AdapterRef] = {}  # uid -> the version vLLM holds under that id
+        self._loaded: dict[int, AdapterRef] = {}  # uid -> the version loaded under it (vLLM may evict it)
 
     # -- the Engine interface ---------------------------------------------------------------------
 
@@ -206,21 +209,26 @@ class VLLMEngine:
         return self._llm.llm_engine
 
     def _load_adapters(self, refs: Sequence[AdapterRef]) -> None:
-        """Validate and `add_lora` every version not held yet; then drop superseded versions.
+        """Validate and `add_lora` every version vLLM does not hold; then drop superseded versions.
 
+        A version vLLM evicted from its LoRA cache is validated and added again here, so
+        loading always happens through `add_lora` (a failure is an error for this call) and
+        never inside a scheduled step (where a failure would take the engine down).
         Superseded = another version of a name this batch uses (older, or from before the name
         was retired and recreated). Asking for it again later simply reloads it.
         """
         from vllm.lora.request import LoRARequest
 
         wanted = {ref.uid: ref for ref in refs}
+        in_vllm = set(self._engine().list_loras())
         errors: list[str] = []
         for uid, ref in wanted.items():
-            held = self._loaded.get(uid)
-            if held is not None:
-                if held != ref:
-                    errors.append(f"adapter {ref.name!r} v{ref.version}: uid {uid} already serves "
-                                  f"{held.name!r} v{held.version}; every version needs its own uid")
+            known = self._loaded.get(uid)
+            if known is not None and known != ref:
+                errors.append(f"adapter {ref.name!r} v{ref.version}: uid {uid} already serves "
+                              f"{known.name!r} v{known.version}; every version needs its own uid")
+                continue
+            if uid in in_vllm:
                 continue
             try:
                 self.validate(ref)
