@@ -57,7 +57,6 @@ class TasksConfig(_Section):
     )
     proposals_per_type: int = Field(2, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
-    code_f_inputs: int = Field(10, ge=2, description="inputs per code_f task: half shown, half hidden")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
     buffer_size: int = Field(2048, ge=1)
 
@@ -105,6 +104,34 @@ class LearnerConfig(_Section):
     grad_clip: float | None = Field(1.0, gt=0, description="per-adapter gradient norm clip; None: off")
 
 
+class EvolutionSection(_Section):
+    """When and how weight-space evolution replaces the weakest (evolution.EvolutionConfig)."""
+
+    enabled: bool = True
+    every: int = Field(10, ge=1, description="evolve every K steps")
+    replace_bottom: int = Field(1, ge=0, description="members replaced per role, by conservative rating")
+    selection: Literal["tournament", "weighted"] = "tournament"
+    tournament_size: int = Field(2, ge=1)
+    temperature: float = Field(1.0, gt=0, description="weighted selection: softmax temperature over mu - 3 sigma")
+    operator_mix: dict[str, float] | None = Field(None, description="operator -> weight; None: the default mix")
+    strengths: dict[str, float] = Field(default_factory=dict, description="operator -> strength override")
+    optimizer_state: Literal["reset", "inherit"] = "reset"
+
+    def build(self, seed: int):
+        """The evolution package's own config (which checks operator names)."""
+        from evolution import DEFAULT_MIX, EvolutionConfig, EvolutionError
+
+        try:
+            return EvolutionConfig(
+                every=self.every, replace_bottom=self.replace_bottom, selection=self.selection,
+                tournament_size=self.tournament_size, temperature=self.temperature,
+                operator_mix=dict(self.operator_mix or DEFAULT_MIX), strengths=dict(self.strengths),
+                optimizer_state=self.optimizer_state, seed=seed,
+            )
+        except EvolutionError as err:
+            raise PopulaError(f"invalid config: {err}") from None
+
+
 class RunConfig(_Section):
     steps: int = Field(60, ge=1)
     checkpoint_every: int = Field(5, ge=1)
@@ -122,8 +149,19 @@ class Config(_Section):
     generation: GenerationConfig = GenerationConfig()
     sandbox: SandboxConfig = SandboxConfig()
     league: LeagueSection = LeagueSection()
+    evolution: EvolutionSection = EvolutionSection()
     learner: LearnerConfig = LearnerConfig()
     run: RunConfig = RunConfig()
+
+    @model_validator(mode="after")
+    def _evolution_leaves_parents(self) -> "Config":
+        p, e = self.population, self.evolution
+        if e.enabled and not p.single_agent and e.replace_bottom >= min(p.teachers, p.students):
+            raise ValueError(
+                f"evolution.replace_bottom={e.replace_bottom} would replace every member of a role "
+                f"({p.teachers} teachers, {p.students} students) and leave no parents"
+            )
+        return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -72,3 +72,14 @@ def test_league_section_is_validated_strictly(tmp_path):
     assert load_config(None, ["league.weighting=hard"]).league.weighting == "hard"
     with pytest.raises(PopulaError, match=r"league\.weigthing"):
         load_config(None, ["league.weigthing=hard"])
+
+
+def test_evolution_must_leave_parents_in_each_role():
+    with pytest.raises(PopulaError, match="evolution.replace_bottom=2 would replace every member"):
+        load_config(None, ["population.teachers=2", "evolution.replace_bottom=2"])
+
+
+def test_unknown_evolution_operator_is_named():
+    cfg = load_config(None, ["evolution.operator_mix={warp: 1.0}"])
+    with pytest.raises(PopulaError, match="warp"):
+        cfg.evolution.build(seed=0)

@@ -33,3 +33,8 @@ def test_a_torn_last_line_is_ignored(tmp_path):
 def test_summary_line_shows_the_headline_figures():
     line = summary_line(ROW)
     assert "valid 0.50" in line and "solve 0.25" in line and "teacher_r +0.10" in line
+
+
+def test_summary_line_marks_what_a_step_could_not_measure():
+    line = summary_line({**ROW, "ast_depth": None, "solve_rate": None})
+    assert "depth -" in line and "solve -" in line

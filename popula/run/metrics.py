@@ -64,12 +64,17 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def summary_line(row: dict[str, Any]) -> str:
-    """The one line a person reads per step."""
+    """The one line a person reads per step (`-` where a step had nothing to measure)."""
+
+    def num(key: str, spec: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else format(value, spec)
+
     return (
-        f"step {row['step']:>4}  valid {row['valid_rate']:.2f}  solve {row['solve_rate']:.2f}  "
-        f"teacher_r {row['teacher_reward_mean']:+.2f}  student_r {row['student_reward_mean']:+.2f}  "
-        f"depth {row['ast_depth']:.1f}  cc {row['cyclomatic']:.1f}  loc {row['loc']:.1f}  "
-        f"vars {row['n_vars']:.1f}  {row['wall_s']:.1f}s"
+        f"step {row['step']:>4}  valid {num('valid_rate', '.2f')}  solve {num('solve_rate', '.2f')}  "
+        f"teacher_r {num('teacher_reward_mean', '+.2f')}  student_r {num('student_reward_mean', '+.2f')}  "
+        f"depth {num('ast_depth', '.1f')}  cc {num('cyclomatic', '.1f')}  loc {num('loc', '.1f')}  "
+        f"vars {num('n_vars', '.1f')}  {num('wall_s', '.1f')}s"
     )
 
 

@@ -38,20 +38,13 @@ from popula.run.step_metrics import step_row
 
 @dataclass
 class Roster:
-    """Which adapter each league member trains, and the counters that name new members.
+    """Which adapter each alive league member trains.
 
     In a population every member is its own adapter; in the single-agent baseline the
     one teacher and the one student are two league entries of the same adapter.
     """
 
     adapter_of: dict[str, str]
-    next_index: dict[str, int]
-
-    def new_name(self, role: str) -> str:
-        prefix = "T" if role == "teacher" else "S"
-        index = self.next_index[prefix]
-        self.next_index[prefix] = index + 1
-        return f"{prefix}{index}"
 
     @property
     def adapters(self) -> list[str]:
@@ -84,7 +77,8 @@ class PopulationRun:
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size)
         self.rng = np.random.default_rng(cfg.seed)
         n_adapters = 1 if cfg.population.single_agent else cfg.population.teachers + cfg.population.students
-        self.learner = PopulationLearner(self.base_path, cfg.lora, cfg.learner, seed=cfg.seed)
+        self.learner = PopulationLearner(self.base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=n_adapters)
+        self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.engine = create_engine(cfg.engine, self.base_path, max_adapters=n_adapters + 1,
                                     max_rank=cfg.lora.rank, seed=cfg.seed, target_modules=cfg.lora.target_modules)
         self.sandbox = Sandbox(workers=cfg.sandbox.workers)
@@ -108,10 +102,10 @@ class PopulationRun:
         cfg = self.cfg
         self.league = League(LeagueConfig(**cfg.league.model_dump()))
         if cfg.population.single_agent:
-            self.roster = Roster({"T0": "A0", "S0": "A0"}, {"T": 1, "S": 1})
+            self.roster = Roster({"T0": "A0", "S0": "A0"})
         else:
             names = [f"T{i}" for i in range(cfg.population.teachers)] + [f"S{i}" for i in range(cfg.population.students)]
-            self.roster = Roster({n: n for n in names}, {"T": cfg.population.teachers, "S": cfg.population.students})
+            self.roster = Roster({n: n for n in names})
         for member in self.roster.adapter_of:
             self.league.add_member(member, "teacher" if member.startswith("T") else "student")
         for adapter in self.roster.adapters:
@@ -131,7 +125,7 @@ class PopulationRun:
             self.league.save(d / "league.json")
             state = {
                 "step": self.step,
-                "roster": {"adapter_of": self.roster.adapter_of, "next_index": self.roster.next_index},
+                "roster": self.roster.adapter_of,
             }
             (d / "state.json").write_text(json.dumps(state, indent=1))
             (d / "rng.pkl").write_bytes(pickle.dumps({
@@ -146,7 +140,7 @@ class PopulationRun:
         path = self.checkpoints.load()
         state = json.loads((path / "state.json").read_text())
         step = int(state["step"])
-        self.roster = Roster(state["roster"]["adapter_of"], state["roster"]["next_index"])
+        self.roster = Roster(state["roster"])
         self.league = League.load(path / "league.json")
         self.league.save(self.run_dir / "league.json")
         try:
@@ -208,18 +202,19 @@ class PopulationRun:
     def _training_samples(self, game: StepGame) -> list[Any]:
         from popula.learner import Rollout
 
+        temperature = self.cfg.generation.temperature
         samples = []
         for i, p in enumerate(game.proposals):
             samples.append(Rollout(adapter=self.roster.adapter_of[p.teacher], role="teacher", task_type=p.task_type,
                                    group=f"teacher:{p.task_type}", prompt_ids=p.prompt_ids,
                                    completion_ids=p.sample.token_ids, sampler_logprobs=p.sample.logprobs,
-                                   adapter_version=p.adapter.version, reward=p.reward))
+                                   adapter_version=p.adapter.version, reward=p.reward, temperature=temperature))
         for a in game.attempts:
             p = game.proposals[a.proposal]
             samples.append(Rollout(adapter=self.roster.adapter_of[a.student], role="student", task_type=p.task_type,
                                    group=f"student:{a.proposal}:{a.student}", prompt_ids=a.prompt_ids,
                                    completion_ids=a.sample.token_ids, sampler_logprobs=a.sample.logprobs,
-                                   adapter_version=a.adapter.version, reward=a.reward))
+                                   adapter_version=a.adapter.version, reward=a.reward, temperature=temperature))
         return samples
 
     def _add_to_buffer(self, step: int, game: StepGame) -> None:
@@ -232,7 +227,28 @@ class PopulationRun:
             self.buffer.add([p.task for p in props], step=step, teacher=teacher, rhos=rhos)
 
     def _evolve(self, step: int) -> list[dict[str, Any]]:
-        return []
+        """Every K steps replace the weakest of each role by children of stronger members."""
+        from evolution import make_child, plan_replacements
+
+        if self.evolution is None:
+            return []
+        ratings = {role: {m.name: (m.mu, m.sigma) for m in self.league.alive(role)} for role in ("teacher", "student")}
+        evolved = []
+        for plan in plan_replacements(step, ratings, self.evolution):
+            parents = {p: self.learner.adapter_state(self.roster.adapter_of[p]) for p in plan.parents}
+            child = make_child(plan, parents)
+            inherited = (self.learner.optimizer_state(self.roster.adapter_of[plan.parents[0]])
+                         if plan.optimizer_state == "inherit" else None)
+            old_adapter = self.roster.adapter_of.pop(plan.old)
+            self.learner.remove_adapter(old_adapter)
+            self.store.retire(old_adapter)
+            self.learner.add_adapter(plan.child, child, inherited)
+            self.store.save(plan.child, child)
+            self.roster.adapter_of[plan.child] = plan.child
+            self.league.replace(plan.old, plan.child, list(plan.parents), plan.operator, step)
+            evolved.append({"role": plan.role, "replaced": plan.old, "child": plan.child,
+                            "parents": list(plan.parents), "operator": plan.operator, "strength": plan.strength})
+        return evolved
 
     def close(self) -> None:
         self.metrics.close()
