@@ -68,8 +68,9 @@ def make_memorising_base(path: Path) -> Path:
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, a) + "<|end|>" for t, a in KNOWN]
     tok = train_tokenizer(texts * 20 + [fmt.student_prompt(UNKNOWN_SOLVED)], 300, max_length=128)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    # head_dim 32: the size vLLM's CPU attention supports, so the vLLM engine can serve it too
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       tie_word_embeddings=True)
     model = LlamaForCausalLM(cfg)
@@ -376,3 +377,17 @@ def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
     assert "--samples" in _fails(["eval", str(run_dir), "--tasks", str(tasks), "--samples", "0"], capsys)
     with pytest.raises(PopulaError, match="--top-p"):
         EvalSettings(top_p=0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_path):
+    pytest.importorskip("vllm")
+    from popula.evaluate import evaluate_target
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    via = {kind: evaluate_target(str(run_dir), tasks, engine=kind, workers=1) for kind in ("torch", "vllm")}
+    assert via["vllm"].engine == "vllm" and via["vllm"].adapter == "S1"
+    assert [(t.id, t.answered, t.correct) for t in via["vllm"].per_task] == \
+        [(t.id, t.answered, t.correct) for t in via["torch"].per_task]
+    assert via["vllm"].overall.pass_at_1 == pytest.approx(2 / 3)
