@@ -27,6 +27,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
+import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -103,6 +104,7 @@ class EvalReport:
     not_attempted: int  # valid tasks whose prompt did not fit the context (scored as failures)
     overall: GroupScore
     by_type: dict[str, GroupScore]
+    wall_s: float = 0.0  # outputs, generation and judging, not model loading
     per_task: list[TaskScore] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -241,6 +243,7 @@ def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, a
     """
     from popula.tasks.prompts import prompt_format, stop_token_ids
 
+    start = time.perf_counter()
     fmt = prompt_format(tokenizer)
     stops = stop_token_ids(tokenizer)
     tasks, skipped = prepare_tasks(records, sandbox)
@@ -277,7 +280,7 @@ def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, a
                       samples=settings.samples, k=settings.samples, temperature=temperature, top_p=settings.top_p,
                       max_tokens=max_tokens, tasks_file=tasks_file, tasks_in_file=len(records),
                       skipped=dict(sorted(skipped.items())), not_attempted=not_attempted, overall=overall,
-                      by_type=by_type, per_task=scores)
+                      by_type=by_type, wall_s=round(time.perf_counter() - start, 3), per_task=scores)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -357,6 +357,19 @@ def test_an_unknown_adapter_is_named_with_the_known_ones(run_dir, tmp_path, caps
     assert "S9" in err and "S0, S1, T0" in err
 
 
+def test_a_corrupt_adapter_is_refused_by_name(run_dir, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "run"
+    shutil.copytree(run_dir, broken)
+    weights = broken / "adapters" / "S1" / "adapter_model.safetensors"
+    weights.unlink()  # a hard link into the version directory: replace it, do not write through it
+    weights.write_bytes(b"not a safetensors file")
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    err = _fails(["eval", str(broken), "--tasks", str(tasks), "--workers", "1"], capsys)
+    assert "adapter 'S1" in err and "corrupt" in err
+
+
 def test_a_missing_run_dir_is_named(tmp_path, capsys):
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     err = _fails(["eval", str(tmp_path / "no-run"), "--tasks", str(tasks)], capsys)
