@@ -1,0 +1,140 @@
+"""One self-play step, played against the real sandbox with scripted players.
+
+The engine here is scripted on purpose: a real tiny model proposes valid tasks only by
+chance, and these tests pin the step's bookkeeping (which tasks are valid, who answers
+what, rho, rewards, what the league sees) for players whose behaviour is known. The real
+engines are tested in their own files and end to end in tests/test_run_e2e.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from transformers import PreTrainedTokenizerFast
+
+from popula.engines.base import AdapterRef, GenerationResult, Sample
+from popula.league import Match
+from popula.rewards import MALFORMED_ANSWER_REWARD
+from popula.run.buffer import TaskBuffer
+from popula.run.selfplay import PlaySettings, SelfPlay, match_results
+from popula.sandbox import Sandbox
+from popula.tasks.generator import generate_tasks
+from popula.tasks.prompts import COMPACT_EOS, CompactFormat
+
+ROLLOUTS = 4
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with the tiny base's special token, no training needed."""
+    vocab = {COMPACT_EOS: 0, **{f"<0x{b:02X}>": b + 1 for b in range(256)}}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.ByteFallback()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=COMPACT_EOS, eos_token=COMPACT_EOS)
+
+
+class ScriptedPlayers:
+    """Teachers propose `tasks` in turn (T1 always writes garbage); students answer the
+    first `right` rollouts of each task correctly and the rest wrongly, S1 never in format."""
+
+    def __init__(self, tasks, tokenizer, right: int) -> None:
+        self.tasks, self.tok, self.right = list(tasks), tokenizer, right
+        self.fmt = CompactFormat()
+        self.by_prompt = {}
+
+    def generate(self, requests, *, progress=False):
+        results = []
+        for req in requests:
+            prompt = self.tok.decode(req.prompt_ids, skip_special_tokens=True)
+            texts = [self._complete(prompt, req.adapter.name, j) for j in range(req.n)]
+            results.append(GenerationResult(req, [self._sample(t) for t in texts]))
+        return results
+
+    def _complete(self, prompt: str, adapter: str, j: int) -> str:
+        if prompt.startswith("## propose"):
+            if adapter == "T1":
+                return "this is not a program"
+            kind = {"output": "code_o", "input": "code_i", "program": "code_f"}[prompt.split()[2]]
+            task = next(t for t in self.tasks if t.type == kind)
+            self.tasks.remove(task)
+            self.by_prompt[self.fmt.student_prompt(task)] = task
+            return self.fmt.proposal_completion(task)
+        if adapter == "S1":
+            return "I do not know\nreally"
+        task = self.by_prompt[prompt]
+        truth = {"code_o": task.outputs[0], "code_i": task.inputs[0],
+                 "code_f": task.program}[task.type]
+        wrong = {"code_o": "'nope'", "code_i": "'nope'", "code_f": "def f(*a):\n    return 'nope'"}[task.type]
+        return self.fmt.answer_completion(task, truth if j < self.right else wrong)
+
+    def _sample(self, text: str) -> Sample:
+        ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        return Sample(token_ids=ids, text=text, logprobs=[-1.0] * len(ids), finish_reason="stop")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=2) as sb:
+        yield sb
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return generate_tasks(12, seed=3, difficulty="easy", namespace="selfplay-test")
+
+
+def play(tmp_path, sandbox, tasks, matches, right):
+    tok = byte_tokenizer()
+    players = ScriptedPlayers(tasks, tok, right)
+    settings = PlaySettings(types=["code_o", "code_i", "code_f"], proposals_per_type=1, references=2,
+                            rollouts=ROLLOUTS, temperature=1.0, top_p=1.0, teacher_max_tokens=64,
+                            student_max_tokens=64)
+    selfplay = SelfPlay(players, sandbox, CompactFormat(), tok, [0], settings)
+    buffer = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10)
+    adapters = {name: AdapterRef(name, 0, i, tmp_path) for i, name in enumerate(["T0", "T1", "S0", "S1"])}
+    return selfplay.play(1, matches, adapters, buffer, np.random.default_rng(0), seed=0)
+
+
+def test_valid_proposals_are_validated_and_answered_by_the_matched_student(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1)
+    assert [p.valid for p in game.proposals] == [True, True, True]
+    assert all(p.task.outputs for p in game.proposals)
+    assert len(game.attempts) == 3 * ROLLOUTS
+    assert {a.student for a in game.attempts} == {"S0"}
+
+
+def test_rho_is_the_fraction_of_correct_rollouts_and_the_teacher_earns_one_minus_rho(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1)
+    for p in game.proposals:
+        assert p.rhos == {"S0": 0.25}
+        assert p.reward == pytest.approx(0.75)
+    assert sorted(a.reward for a in game.attempts) == [0.0] * 9 + [1.0] * 3
+
+
+def test_a_task_nobody_solves_earns_its_teacher_nothing(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=0)
+    assert [p.reward for p in game.proposals] == [0.0, 0.0, 0.0]
+
+
+def test_garbage_proposals_cost_minus_one_and_reach_no_student(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T1", "S0")], right=1)
+    assert [(p.task, p.reward) for p in game.proposals] == [(None, -1.0)] * 3
+    assert game.attempts == []
+    assert [r.valid for r in match_results(game, Match("T1", "S0"))] == [False] * 3
+
+
+def test_malformed_answers_are_penalised_and_count_as_unsolved(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S1")], right=4)
+    assert {a.reward for a in game.attempts} == {MALFORMED_ANSWER_REWARD}
+    assert all(a.answer is None for a in game.attempts)
+    assert [r.rho for r in match_results(game, Match("T0", "S1"))] == [0.0, 0.0, 0.0]
+
+
+def test_the_league_sees_each_of_a_teachers_tasks_once_per_match(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0"), Match("T1", "S1")], right=4)
+    results = match_results(game, Match("T0", "S0"))
+    assert [(r.valid, r.rho) for r in results] == [(True, 1.0)] * 3
