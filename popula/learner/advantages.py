@@ -1,0 +1,98 @@
+"""Advantages: how a reward becomes a learning signal, per role.
+
+Students (GRPO, DeepSeekMath): the n rollouts of one task form a group; a rollout's
+advantage is its reward minus the group mean, divided by the group's standard deviation.
+Dr. GRPO (Liu et al. 2025) drops the division: dividing by a small std blows up groups that
+are almost all right or all wrong (questions that are too easy or too hard), so the
+`dr_grpo` option keeps only the centring. A group whose rewards are all equal carries no
+signal either way (advantage 0).
+
+Teachers (REINFORCE with a baseline): a teacher proposes each task once, so there is no
+group of rollouts of the same prompt. Following AZR's task-relative REINFORCE++, rewards
+are compared within (adapter, role, task type) -- the `group` a teacher rollout carries --
+and optionally divided by that group's std. The baseline is either this step's group mean
+(`batch`) or a running mean of past steps (`ema`), which still gives a signal when a
+teacher posed a single task of a type this step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Sequence
+
+from popula.config import LearnerConfig
+from popula.learner.rollout import Rollout
+
+EPS = 1e-6
+
+
+def group_advantages(rewards: Sequence[float], *, normalize_std: bool) -> list[float]:
+    """Rewards minus their mean, divided by their (unbiased) std when `normalize_std`.
+
+    A group of one, or of equal rewards, gets all zeros: nothing to compare against.
+    """
+    n = len(rewards)
+    if n < 2:
+        return [0.0] * n
+    mean = sum(rewards) / n
+    centred = [r - mean for r in rewards]
+    if not normalize_std:
+        return centred
+    std = math.sqrt(sum(c * c for c in centred) / (n - 1))
+    return [c / (std + EPS) for c in centred]
+
+
+class EmaBaseline:
+    """Running mean and variance of rewards per key: the teachers' `ema` baseline.
+
+    A key seen for the first time starts from its own batch statistics (so its first
+    advantages equal the `batch` baseline's), then moves by `momentum` per step.
+    """
+
+    def __init__(self, momentum: float) -> None:
+        self.momentum = momentum
+        self.stats: dict[str, tuple[float, float]] = {}  # key -> (mean, mean of squares)
+
+    def advantages(self, key: str, rewards: Sequence[float], *, normalize_std: bool) -> list[float]:
+        n = len(rewards)
+        batch_mean = sum(rewards) / n
+        batch_sq = sum(r * r for r in rewards) / n
+        mean, sq = self.stats.get(key, (batch_mean, batch_sq))
+        std = math.sqrt(max(sq - mean * mean, 0.0))
+        out = [(r - mean) / (std + EPS) if normalize_std and std > EPS else r - mean for r in rewards]
+        m = self.momentum
+        self.stats[key] = (m * mean + (1 - m) * batch_mean, m * sq + (1 - m) * batch_sq)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"momentum": self.momentum, "stats": {k: list(v) for k, v in self.stats.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.momentum = float(state["momentum"])
+        self.stats = {k: (float(v[0]), float(v[1])) for k, v in state["stats"].items()}
+
+
+def compute_advantages(rollouts: Sequence[Rollout], cfg: LearnerConfig, ema: EmaBaseline) -> list[float]:
+    """One advantage per rollout, in order: given ones kept, the rest from rewards by role.
+
+    Groups are keyed by (adapter, role, group), so two adapters never share a baseline
+    and a single agent's teacher and student rollouts never mix.
+    """
+    out: list[float | None] = [r.advantage for r in rollouts]
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for i, r in enumerate(rollouts):
+        if r.advantage is None:
+            groups[(r.adapter, r.role, r.group)].append(i)
+    for (adapter, role, group), members in groups.items():
+        rewards = [float(rollouts[i].reward) for i in members]
+        if role == "student":
+            values = group_advantages(rewards, normalize_std=cfg.advantage == "grpo")
+        elif cfg.teacher_baseline == "batch":
+            values = group_advantages(rewards, normalize_std=cfg.teacher_normalize_std)
+        else:
+            values = ema.advantages(f"{adapter}\x1f{role}\x1f{group}", rewards,
+                                    normalize_std=cfg.teacher_normalize_std)
+        for i, v in zip(members, values):
+            out[i] = v
+    return [float(v) for v in out]

@@ -1,0 +1,468 @@
+"""`PopulationLearner`: one policy-gradient step for every adapter of the population at once.
+
+Why one pass: eight adapters must not cost eight times one. All adapters live as slots of
+one `MultiLoRAModel` over the shared frozen base; every microbatch mixes rows of any
+adapters, and per-row routing sends each row through its own adapter's A and B, so the
+base runs once per microbatch however many adapters are in it. Each adapter still has
+its own AdamW (own moments, own step count), its own gradient-norm clip and its own NaN
+guard, so adapters never influence each other's update.
+
+Loss normalisation (DESIGN 5): an adapter's loss is the mean over ALL completion tokens it
+produced in the step (DAPO's token-level average), not a mean of per-sequence means.
+Per-sequence means give every token of a short completion more weight than a token of a
+long one, which rewards short right answers more than long ones and punishes long wrong
+answers less than short ones (the length bias Dr. GRPO and DAPO describe). Each adapter
+is normalised by its own token count, so its gradient does not depend on what other
+adapters happen to share the batch: the mixed-batch gradient of an adapter equals the
+gradient of training it alone on its own rows (tested against PEFT).
+
+Memory: rows are packed into microbatches of at most `max_tokens_per_microbatch`
+(rows x padded length); gradients accumulate over microbatches, and each adapter steps
+once per epoch. Rows are left-padded, so every row's completion ends at the last position
+and only the last K+1 positions go through the LM head (`logits_to_keep`), K being the
+longest completion in the microbatch: long prompts cost no vocabulary-sized logits.
+
+KL to the base (optional): the base's log-probs are computed once per step, by a
+no-grad forward of the same microbatch with every row routed to the bare base (the
+routing then skips the LoRA math entirely). Folding base rows into the training forward
+instead would keep their activations for a backward they never need.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import os
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from popula.config import LearnerConfig, LoraConfig
+from popula.errors import PopulaError
+from popula.learner.advantages import EmaBaseline, compute_advantages
+from popula.learner.objective import clipped_token_loss, token_logprobs
+from popula.learner.packing import pack_rows
+from popula.learner.rollout import Rollout
+from popula.lora import BASE_SLOT, MultiLoRAModel, peft_key
+
+STATE_FORMAT = 1
+
+
+class NonFiniteUpdateWarning(RuntimeWarning):
+    """An adapter's loss or gradient was NaN/inf; its update was skipped."""
+
+
+@dataclass
+class _Rows:
+    """One step's rollouts as tensors-to-be, rows with no completion tokens already dropped."""
+
+    ids: list[list[int]]  # prompt + completion
+    completion_len: list[int]
+    sampler_logprobs: list[list[float]]
+    advantage: list[float]
+    temperature: list[float]
+    adapter: list[str]
+    slot: list[int]
+    versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
+
+
+class PopulationLearner:
+    """Trains many LoRA adapters on one frozen base, one optimiser per adapter.
+
+        learner = PopulationLearner(base_path, cfg.lora, cfg.learner, max_adapters=8)
+        learner.add_adapter("T0", store.load(store.latest("T0")).state_dict)
+        metrics = learner.step(rollouts)          # list[Rollout] of any adapters
+        store.save("T0", learner.adapter_state("T0"))
+
+    `base` is a Hugging Face model directory (or id), or an already built causal LM module
+    (which the learner then owns: its target linears are wrapped in place).
+    """
+
+    def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig = LearnerConfig(),
+                 *, seed: int = 0, max_adapters: int = 16, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        if max_adapters < 1:
+            raise PopulaError(f"max_adapters must be >= 1, got {max_adapters}")
+        self.cfg = cfg
+        self.lora = lora
+        self.seed = seed
+        self.device = torch.device(device)
+        if isinstance(base, nn.Module):
+            model = base
+        else:
+            from transformers import AutoModelForCausalLM
+
+            try:
+                model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
+            except (OSError, ValueError) as e:
+                raise PopulaError(f"base model {base}: cannot load it for training ({e})") from e
+        # eval(): no dropout, so the trainer computes exactly the sampler's function.
+        self.model = MultiLoRAModel(model.to(self.device).eval(), lora.target_modules, rank=lora.rank,
+                                    alpha=lora.alpha, n_slots=max_adapters)
+        for slot in range(max_adapters):
+            for p in self.model.slot_parameters(slot):
+                p.requires_grad_(False)
+        self._slot: dict[str, int] = {}
+        self._optim: dict[str, torch.optim.AdamW] = {}
+        self._updates: dict[str, int] = {}
+        self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
+
+    # -- the population ------------------------------------------------------------------------
+
+    @property
+    def adapters(self) -> list[str]:
+        return sorted(self._slot)
+
+    def add_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor] | None = None,
+                    optimizer_state: Mapping[str, Any] | None = None) -> None:
+        """Give `name` a slot with these PEFT weights (None: a fresh PEFT init seeded by (seed, name),
+        as `AdapterStore.create` makes it) and a new AdamW, or the given optimiser state."""
+        if name in self._slot:
+            raise PopulaError(f"adapter {name!r} is already in the learner")
+        free = sorted(set(range(self.model.n_slots)) - set(self._slot.values()))
+        if not free:
+            raise PopulaError(f"the learner holds {self.model.n_slots} adapters already ({self.adapters}); "
+                              f"remove one or build it with a larger max_adapters")
+        slot = free[0]
+        self._load_weights(name, slot, state_dict)
+        self._slot[name] = slot
+        self._new_optimizer(name, optimizer_state)
+
+    def remove_adapter(self, name: str) -> None:
+        """Forget `name`: its slot, weights and optimiser state (e.g. replaced by evolution)."""
+        slot = self._slot_of(name)
+        for p in self.model.slot_parameters(slot):
+            p.requires_grad_(False)
+            p.grad = None
+        self.model.clear_slot(slot)
+        del self._slot[name], self._optim[name], self._updates[name]
+
+    def replace_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor], *,
+                        reset_optimizer: bool = True) -> None:
+        """New weights for `name` in place (an evolution child); `reset_optimizer` drops its AdamW
+        moments, which belong to the old weights; False keeps them (e.g. a small mutation)."""
+        slot = self._slot_of(name)
+        self._load_weights(name, slot, state_dict)
+        if reset_optimizer:
+            self._new_optimizer(name, None)
+
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
+        """`name`'s weights as PEFT saves them (CPU copies): what `AdapterStore.save` takes."""
+        return self.model.slot_state_dict(self._slot_of(name))
+
+    def optimizer_state(self, name: str) -> dict[str, Any]:
+        """A deep copy of `name`'s AdamW state (moments and step), e.g. for a child to inherit."""
+        return copy.deepcopy(self._optim[self._check_name(name)].state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resume needs: every adapter's weights, optimiser state and update count,
+        and the teachers' running baselines."""
+        return {
+            "format": STATE_FORMAT,
+            "lora": {"rank": self.lora.rank, "alpha": self.lora.alpha, "target_modules": list(self.lora.target_modules)},
+            "adapters": {n: {"weights": self.adapter_state(n), "optimizer": self.optimizer_state(n),
+                             "updates": self._updates[n]} for n in self.adapters},
+            "ema": self.ema.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the whole population by a `state_dict()`; the config's lr and weight decay
+        apply from here on (the saved state carries moments, not hyperparameters)."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise PopulaError(f"learner state: unknown format {state.get('format') if isinstance(state, Mapping) else state!r}"
+                              f", expected {STATE_FORMAT}")
+        saved = state["lora"]
+        if saved["rank"] != self.lora.rank or sorted(saved["target_modules"]) != sorted(self.lora.target_modules):
+            raise PopulaError(f"learner state: LoRA rank {saved['rank']} on {saved['target_modules']} does not match "
+                              f"the config's rank {self.lora.rank} on {list(self.lora.target_modules)}")
+        for name in self.adapters:
+            self.remove_adapter(name)
+        for name, entry in state["adapters"].items():
+            self.add_adapter(name, entry["weights"], entry["optimizer"])
+            self._updates[name] = int(entry["updates"])
+        self.ema.load_state_dict(state["ema"])
+
+    # -- training ------------------------------------------------------------------------------
+
+    def step(self, rollouts: Sequence[Rollout]) -> dict[str, Any]:
+        """One policy-gradient update of every adapter that has rollouts here.
+
+        Returns metrics: totals (`tokens`, `rows`, `microbatches`, `loss`, `logprob_gap`,
+        `clip_fraction`, `skipped`) and per adapter (`adapters[name]`: loss, logprob_gap,
+        clip_fraction, grad_norm, tokens, rows, advantage_mean, versions, kl when
+        measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
+        optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
+        """
+        rows = self._prepare(rollouts)
+        stats = _Stats()
+        if not rows.ids:
+            return stats.report(rows, [], 0)
+        batches = self._pack(rows)
+        base_logp = self._base_logprobs(rows, batches) if self.cfg.kl_coef > 0 else None
+        active = sorted(set(rows.adapter))
+        skipped: dict[str, str] = {}
+        for epoch in range(self.cfg.epochs):
+            training = [a for a in active if a not in skipped]
+            if not training:
+                break
+            self._zero_grad(training)
+            bad = self._accumulate(rows, batches, base_logp, set(training), stats if epoch == 0 else None)
+            for name, reason in bad.items():
+                skipped.setdefault(name, reason)
+            for name in training:
+                if name in skipped:
+                    continue
+                params = self.model.slot_parameters(self._slot[name])
+                norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip or math.inf))
+                if epoch == 0:
+                    stats.grad_norm[name] = norm
+                if not math.isfinite(norm):
+                    skipped[name] = f"gradient norm is {norm}"
+                    continue
+                self._optim[name].step()
+                self._updates[name] += 1
+            self._zero_grad(training)
+        for name, reason in sorted(skipped.items()):
+            warnings.warn(f"learner: skipped the update of adapter {name!r}: {reason}; its weights are unchanged",
+                          NonFiniteUpdateWarning, stacklevel=2)
+        return stats.report(rows, sorted(skipped), len(batches))
+
+    def gradients(self, rollouts: Sequence[Rollout]) -> dict[str, dict[str, torch.Tensor]]:
+        """The loss gradient of every adapter in `rollouts`, PEFT-keyed, without updating anything.
+
+        The same computation as the first epoch of `step`; for checks and diagnostics.
+        """
+        rows = self._prepare(rollouts)
+        if not rows.ids:
+            return {}
+        batches = self._pack(rows)
+        base_logp = self._base_logprobs(rows, batches) if self.cfg.kl_coef > 0 else None
+        active = sorted(set(rows.adapter))
+        self._zero_grad(active)
+        self._accumulate(rows, batches, base_logp, set(active), None)
+        out = {}
+        for name in active:
+            slot = self._slot[name]
+            r = self.model.slot_rank(slot)
+            out[name] = {}
+            for path, layer in self.model.lora_layers.items():
+                ga, gb = layer.lora_A[slot].grad, layer.lora_B[slot].grad
+                out[name][peft_key(path, "A")] = ga[:r].detach().cpu().clone()
+                out[name][peft_key(path, "B")] = gb[:, :r].detach().cpu().clone()
+        self._zero_grad(active)
+        return out
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _prepare(self, rollouts: Sequence[Rollout]) -> _Rows:
+        for i, r in enumerate(rollouts):
+            r.check(i)
+            if r.adapter not in self._slot:
+                raise PopulaError(f"rollout {i}: adapter {r.adapter!r} is not in the learner (has {self.adapters})")
+        advantages = compute_advantages(rollouts, self.cfg, self.ema)
+        rows = _Rows([], [], [], [], [], [], [], defaultdict(set))
+        for r, adv in zip(rollouts, advantages):
+            if not r.completion_ids:
+                continue
+            rows.ids.append(list(r.prompt_ids) + list(r.completion_ids))
+            rows.completion_len.append(len(r.completion_ids))
+            rows.sampler_logprobs.append(list(r.sampler_logprobs))
+            rows.advantage.append(adv)
+            rows.temperature.append(r.temperature)
+            rows.adapter.append(r.adapter)
+            rows.slot.append(self._slot[r.adapter])
+        for r in rollouts:
+            rows.versions[r.adapter].add(r.adapter_version)
+        return rows
+
+    def _pack(self, rows: _Rows) -> list[list[int]]:
+        """Microbatches under the token budget, rows of each ordered by slot (the LoRA layers
+        then group rows by adapter without a permutation)."""
+        batches = pack_rows([len(ids) for ids in rows.ids], self.cfg.max_tokens_per_microbatch)
+        return [sorted(b, key=lambda i: (rows.slot[i], i)) for b in batches]
+
+    def _batch_tensors(self, rows: _Rows, batch: list[int]) -> dict[str, torch.Tensor]:
+        """Left-padded ids, mask and positions, plus each row's completion-token mask over the last K."""
+        length = max(len(rows.ids[i]) for i in batch)
+        k = max(rows.completion_len[i] for i in batch)
+        n = len(batch)
+        ids = torch.zeros(n, length, dtype=torch.long)
+        mask = torch.zeros(n, length, dtype=torch.long)
+        old = torch.zeros(n, k)
+        for j, i in enumerate(batch):
+            seq = rows.ids[i]
+            ids[j, length - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[j, length - len(seq):] = 1
+            m = rows.completion_len[i]
+            old[j, k - m:] = torch.tensor(rows.sampler_logprobs[i], dtype=torch.float32)
+        m_rows = torch.tensor([rows.completion_len[i] for i in batch])
+        token_mask = torch.arange(k).unsqueeze(0) >= (k - m_rows).unsqueeze(1)
+        dev = self.device
+        return {
+            "ids": ids.to(dev), "mask": mask.to(dev), "positions": (mask.cumsum(-1) - 1).clamp(min=0).to(dev),
+            "targets": ids[:, length - k:].to(dev), "token_mask": token_mask.to(dev), "old": old.to(dev),
+            "temperature": torch.tensor([rows.temperature[i] for i in batch], dtype=torch.float32, device=dev),
+            "advantage": torch.tensor([rows.advantage[i] for i in batch], dtype=torch.float32, device=dev),
+        }
+
+    def _logprobs(self, t: dict[str, torch.Tensor], slots: list[int]) -> torch.Tensor:
+        """(rows, K) log-probs of the last K tokens of each row under its slot (-1: bare base)."""
+        k = t["targets"].shape[1]
+        with self.model.route(slots):
+            out = self.model(input_ids=t["ids"], attention_mask=t["mask"], position_ids=t["positions"],
+                             logits_to_keep=k + 1, use_cache=False)
+        logits = out.logits[:, :-1]
+        return token_logprobs(logits, t["targets"], t["temperature"].unsqueeze(-1))
+
+    @torch.no_grad()
+    def _base_logprobs(self, rows: _Rows, batches: list[list[int]]) -> list[torch.Tensor]:
+        return [self._logprobs(self._batch_tensors(rows, b), [BASE_SLOT] * len(b)) for b in batches]
+
+    def _accumulate(self, rows: _Rows, batches: list[list[int]], base_logp: list[torch.Tensor] | None,
+                    training: set[str], stats: "_Stats | None") -> dict[str, str]:
+        """Forward/backward every microbatch, accumulating each training adapter's gradient.
+
+        Returns adapters whose loss was not finite (their rows are left out of the backward
+        from then on, so nothing non-finite reaches any gradient).
+        """
+        tokens_of: dict[str, int] = defaultdict(int)
+        for name, m in zip(rows.adapter, rows.completion_len):
+            tokens_of[name] += m
+        bad: dict[str, str] = {}
+        with torch.enable_grad():
+            for index, batch in enumerate(batches):
+                t = self._batch_tensors(rows, batch)
+                names = [rows.adapter[i] for i in batch]
+                logp = self._logprobs(t, [rows.slot[i] for i in batch])
+                tl = clipped_token_loss(
+                    logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
+                    clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
+                    base_logp=None if base_logp is None else base_logp[index], kl_coef=self.cfg.kl_coef)
+                tm = t["token_mask"]
+                row_finite = torch.where(tm, tl.loss, 0.0).isfinite().all(-1).tolist()
+                for name, ok in zip(names, row_finite):
+                    if not ok and name in training:
+                        bad.setdefault(name, "loss is NaN or inf")
+                keep = torch.tensor([n in training and n not in bad for n in names], device=self.device)
+                weight = torch.tensor([1.0 / tokens_of[n] for n in names], device=self.device).unsqueeze(-1)
+                use = tm & keep.unsqueeze(-1)
+                if bool(use.any()):
+                    torch.where(use, tl.loss * weight, 0.0).sum().backward()
+                if stats is not None:
+                    stats.add(names, tm, logp.detach(), t["old"], tl, weight)
+        return bad
+
+    def _zero_grad(self, names: Sequence[str]) -> None:
+        for name in names:
+            for p in self.model.slot_parameters(self._slot[name]):
+                p.grad = None
+
+    def _load_weights(self, name: str, slot: int, state_dict: Mapping[str, torch.Tensor] | None) -> None:
+        if state_dict is None:
+            digest = hashlib.sha256(f"{self.seed}:{name}".encode()).digest()
+            generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+            self.model.init_slot(slot, generator)
+        else:
+            self.model.load_slot(slot, state_dict, source=f"adapter {name!r}")
+        if self.model.slot_rank(slot) != self.lora.rank:
+            raise PopulaError(f"adapter {name!r}: rank {self.model.slot_rank(slot)}, the learner trains rank "
+                              f"{self.lora.rank}")
+        for p in self.model.slot_parameters(slot):
+            p.requires_grad_(True)
+            p.grad = None
+
+    def _new_optimizer(self, name: str, state: Mapping[str, Any] | None) -> None:
+        params = self.model.slot_parameters(self._slot[name])
+        optim = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        if state is not None:
+            optim.load_state_dict(copy.deepcopy(dict(state)))
+            for group in optim.param_groups:
+                group["lr"], group["weight_decay"] = self.cfg.lr, self.cfg.weight_decay
+        self._optim[name] = optim
+        self._updates[name] = 0
+
+    def _slot_of(self, name: str) -> int:
+        return self._slot[self._check_name(name)]
+
+    def _check_name(self, name: str) -> str:
+        if name not in self._slot:
+            raise PopulaError(f"no adapter named {name!r} in the learner (has {self.adapters})")
+        return name
+
+
+class _Stats:
+    """Per-adapter sums over the first epoch, turned into the metrics dict."""
+
+    def __init__(self) -> None:
+        self.loss: dict[str, float] = defaultdict(float)
+        self.gap: dict[str, float] = defaultdict(float)
+        self.clipped: dict[str, float] = defaultdict(float)
+        self.kl: dict[str, float] = defaultdict(float)
+        self.has_kl = False
+        self.grad_norm: dict[str, float] = {}
+
+    def add(self, names: list[str], token_mask: torch.Tensor, logp: torch.Tensor, old: torch.Tensor,
+            tl: Any, weight: torch.Tensor) -> None:
+        zero = torch.zeros((), device=logp.device)
+        per_row = {
+            "loss": torch.where(token_mask, tl.loss.detach() * weight, zero).sum(-1),
+            "gap": torch.where(token_mask, (logp - old).abs(), zero).sum(-1),
+            "clipped": (tl.clipped & token_mask).sum(-1).float(),
+        }
+        if tl.kl is not None:
+            self.has_kl = True
+            per_row["kl"] = torch.where(token_mask, tl.kl.detach(), zero).sum(-1)
+        lists = {k: v.tolist() for k, v in per_row.items()}
+        for j, name in enumerate(names):
+            self.loss[name] += lists["loss"][j]
+            self.gap[name] += lists["gap"][j]
+            self.clipped[name] += lists["clipped"][j]
+            if self.has_kl:
+                self.kl[name] += lists["kl"][j]
+
+    def report(self, rows: _Rows, skipped: list[str], microbatches: int) -> dict[str, Any]:
+        tokens: dict[str, int] = defaultdict(int)
+        count: dict[str, int] = defaultdict(int)
+        adv: dict[str, float] = defaultdict(float)
+        for name, m, a in zip(rows.adapter, rows.completion_len, rows.advantage):
+            tokens[name] += m
+            count[name] += 1
+            adv[name] += a
+        per = {}
+        for name in sorted(tokens):
+            n = tokens[name]
+            entry = {
+                "loss": _finite(self.loss[name]),
+                "logprob_gap": _finite(self.gap[name] / n),
+                "clip_fraction": self.clipped[name] / n,
+                "grad_norm": _finite(self.grad_norm.get(name)),
+                "tokens": n,
+                "rows": count[name],
+                "advantage_mean": adv[name] / count[name],
+                "versions": sorted(rows.versions[name]),
+            }
+            if self.has_kl:
+                entry["kl"] = _finite(self.kl[name] / n)
+            per[name] = entry
+        total = sum(tokens.values())
+        finite_gap = [(self.gap[n], tokens[n]) for n in per if math.isfinite(self.gap[n])]
+        return {
+            "tokens": total,
+            "rows": sum(count.values()),
+            "microbatches": microbatches,
+            "loss": _finite(sum(self.loss[n] * tokens[n] for n in per) / total) if total else None,
+            "logprob_gap": (sum(g for g, _ in finite_gap) / sum(t for _, t in finite_gap)) if finite_gap else None,
+            "clip_fraction": sum(self.clipped[n] for n in per) / total if total else 0.0,
+            "skipped": skipped,
+            "adapters": per,
+        }
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN: a non-finite figure is reported as None (and the adapter as skipped)."""
+    return x if x is not None and math.isfinite(x) else None

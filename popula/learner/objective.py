@@ -1,0 +1,64 @@
+"""The policy-gradient objective, token by token (pure tensor functions).
+
+Per completion token t of a rollout with advantage A, trainer log-prob logp_t and
+sampler log-prob old_t (the policy that drew the token):
+
+    ratio_t = exp(logp_t - old_t)
+    pg_t    = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A)      (PPO)
+    kl_t    = exp(base_t - logp_t) - (base_t - logp_t) - 1                        (k3, >= 0)
+    loss_t  = pg_t + kl_coef * kl_t
+
+On-policy with one epoch the ratio is 1 up to numerics and the gradient is REINFORCE's,
+A * grad logp_t; the clip matters once epochs > 1 or samples come from an older adapter
+version. The k3 estimator (Schulman, "Approximating KL divergence") is unbiased for
+KL(pi || base) and never negative, unlike the plain log-ratio.
+
+How tokens are averaged is the learner's job (see `popula.learner.learner`): over every
+token an adapter produced in the step, not per sequence first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor | float) -> torch.Tensor:
+    """log softmax(logits / temperature)[target], in float32: the sampler's tempered policy.
+
+    logits (..., V), targets (...), temperature broadcastable to targets.
+    """
+    scaled = logits.float() / torch.as_tensor(temperature, dtype=torch.float32, device=logits.device).unsqueeze(-1)
+    picked = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(scaled, dim=-1)
+
+
+def k3_kl(logp: torch.Tensor, base_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || base) from the sampled tokens' log-probs."""
+    log_ratio = base_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+@dataclass
+class TokenLoss:
+    loss: torch.Tensor  # (N,) per-token loss
+    clipped: torch.Tensor  # (N,) bool: the clip is active, so the token gives no gradient
+    kl: torch.Tensor | None  # (N,) per-token k3 KL, when a base log-prob was given
+
+
+def clipped_token_loss(logp: torch.Tensor, sampler_logp: torch.Tensor, advantages: torch.Tensor, *,
+                       clip_low: float, clip_high: float, base_logp: torch.Tensor | None = None,
+                       kl_coef: float = 0.0) -> TokenLoss:
+    """PPO's clipped surrogate (negated, to minimise) plus an optional k3 KL penalty, per token."""
+    ratio = torch.exp(logp - sampler_logp)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+    loss = -torch.minimum(unclipped, clipped)
+    is_clipped = ((advantages > 0) & (ratio > 1.0 + clip_high)) | ((advantages < 0) & (ratio < 1.0 - clip_low))
+    kl = None
+    if base_logp is not None:
+        kl = k3_kl(logp, base_logp)
+        if kl_coef:
+            loss = loss + kl_coef * kl
+    return TokenLoss(loss, is_clipped, kl)

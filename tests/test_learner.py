@@ -1,0 +1,313 @@
+"""Specification of the population learner: one pass trains every adapter as if it were alone.
+
+Each adapter's gradient from a mixed batch (any adapters, any microbatching) must equal the
+gradient PEFT gives when that adapter is trained alone on its own rows with the same
+objective; adapters have separate optimiser states; a non-finite loss skips exactly the
+adapter it belongs to; the whole learner round-trips through its state dict.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import get_peft_model, set_peft_model_state_dict
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from popula.config import LearnerConfig, LoraConfig
+from popula.errors import PopulaError
+from popula.learner import NonFiniteUpdateWarning, PopulationLearner, Rollout
+from popula.lora import DEFAULT_TARGET_MODULES, fresh_peft_state_dict
+
+VOCAB = 96
+RANK, ALPHA = 8, 16.0
+LORA = LoraConfig(rank=RANK, alpha=ALPHA)
+
+
+def tiny_llama() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def trained_looking_adapter(base: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """PEFT-format weights with B off zero, so each adapter computes a different function."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = {p: (m.in_features, m.out_features) for p, m in base.named_modules()
+              if isinstance(m, torch.nn.Linear) and p.rsplit(".", 1)[-1] in DEFAULT_TARGET_MODULES}
+    sd = fresh_peft_state_dict(shapes, RANK, g)
+    return {k: torch.randn(v.shape, generator=g) * 0.1 if "lora_B" in k else v for k, v in sd.items()}
+
+
+def random_rollouts(names: list[str], n: int, seed: int) -> list[Rollout]:
+    """Rollouts of varied prompt and completion lengths, spread over `names`, with sampler
+    log-probs made up so that some ratios fall outside the clip range."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p = int(torch.randint(2, 12, (1,), generator=g))
+        c = int(torch.randint(1, 7, (1,), generator=g))
+        out.append(Rollout(
+            adapter=names[i % len(names)], role="student", group=f"task{i // (2 * len(names))}",
+            prompt_ids=torch.randint(0, VOCAB, (p,), generator=g).tolist(),
+            completion_ids=torch.randint(0, VOCAB, (c,), generator=g).tolist(),
+            sampler_logprobs=(-4.6 + 0.5 * torch.randn(c, generator=g)).tolist(),
+            adapter_version=0, reward=float(torch.randint(0, 2, (1,), generator=g)),
+            temperature=[1.0, 0.7][i % 2],
+        ))
+    return out
+
+
+def peft_alone_gradient(base: torch.nn.Module, adapter: dict[str, torch.Tensor], rollouts: list[Rollout],
+                        advantages: list[float], cfg: LearnerConfig) -> dict[str, torch.Tensor]:
+    """The reference: PEFT with only this adapter, one unpadded row at a time, PPO-clip loss per
+    token (and k3 KL to the adapter-disabled model), summed and divided by the adapter's tokens."""
+    model = get_peft_model(copy.deepcopy(base), PeftLoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0,
+                                                                target_modules=list(DEFAULT_TARGET_MODULES)))
+    set_peft_model_state_dict(model, adapter)
+    n_tokens = sum(len(r.completion_ids) for r in rollouts)
+    total = 0.0
+    for r, adv in zip(rollouts, advantages):
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        m = len(r.completion_ids)
+        targets = ids[0, -m:]
+
+        def logp_of(logits: torch.Tensor) -> torch.Tensor:
+            logits = logits[0, -m - 1:-1] / r.temperature
+            return torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
+
+        logp = logp_of(model(input_ids=ids).logits)
+        ratio = torch.exp(logp - torch.tensor(r.sampler_logprobs))
+        low, high = 1 - cfg.clip_eps, 1 + (cfg.clip_eps_high or cfg.clip_eps)
+        per_token = -torch.minimum(ratio * adv, ratio.clamp(low, high) * adv)
+        if cfg.kl_coef:
+            with torch.no_grad(), model.disable_adapter():
+                base_logp = logp_of(model(input_ids=ids).logits)
+            per_token = per_token + cfg.kl_coef * (torch.exp(base_logp - logp) - (base_logp - logp) - 1)
+        total = total + per_token.sum()
+    (total / n_tokens).backward()
+    return {k.replace(".default", ""): p.grad for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg", [
+    LearnerConfig(max_tokens_per_microbatch=40),
+    LearnerConfig(max_tokens_per_microbatch=10_000, advantage="dr_grpo", clip_eps=0.1, clip_eps_high=0.3),
+    LearnerConfig(max_tokens_per_microbatch=64, kl_coef=0.5),
+], ids=["small-microbatches", "one-microbatch-dr-grpo-clip-higher", "with-kl"])
+def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(cfg):
+    base = tiny_llama()
+    names = ["T0", "S0", "S1"]
+    adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(names)}
+    learner = PopulationLearner(copy.deepcopy(base), LORA, cfg, max_adapters=4)
+    for n in names:
+        learner.add_adapter(n, adapters[n])
+    rollouts = random_rollouts(names, 15, seed=3)
+    # Advantages are given, so the check is about the loss and its gradient alone.
+    for i, r in enumerate(rollouts):
+        r.advantage = [1.0, -0.5, 0.25, -2.0, 0.0][i % 5]
+    grads = learner.gradients(rollouts)
+
+    assert sorted(grads) == sorted(names)
+    for n in names:
+        own = [r for r in rollouts if r.adapter == n]
+        ref = peft_alone_gradient(base, adapters[n], own, [r.advantage for r in own], cfg)
+        assert sorted(ref) == sorted(grads[n])
+        for key, g in grads[n].items():
+            assert torch.allclose(g, ref[key], atol=1e-6, rtol=1e-4), f"{n} {key}"
+        assert any(g.abs().max() > 0 for g in grads[n].values())
+
+
+def test_gradients_do_not_change_when_other_adapters_share_the_batch():
+    base = tiny_llama()
+    adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(["A", "B", "C"])}
+    learner = PopulationLearner(base, LORA, LearnerConfig(max_tokens_per_microbatch=48), max_adapters=3)
+    for n, sd in adapters.items():
+        learner.add_adapter(n, sd)
+    mixed = random_rollouts(["A", "B", "C"], 12, seed=5)
+    alone = [r for r in mixed if r.adapter == "A"]
+    together, by_itself = learner.gradients(mixed)["A"], learner.gradients(alone)["A"]
+    for key in together:
+        assert torch.allclose(together[key], by_itself[key], atol=1e-7, rtol=1e-5)
+
+
+def test_loss_is_the_mean_over_all_tokens_of_the_adapter_not_of_per_sequence_means():
+    base = tiny_llama()
+    adapter = trained_looking_adapter(base, 0)
+    learner = PopulationLearner(base, LORA, LearnerConfig(), max_adapters=1)
+    learner.add_adapter("S0", adapter)
+    long, short = random_rollouts(["S0"], 2, seed=1)
+    long.completion_ids, long.sampler_logprobs = [5] * 9, [0.0] * 9
+    short.completion_ids, short.sampler_logprobs = [7], [0.0]
+    long.advantage, short.advantage = 1.0, -1.0
+    # Make the sampler log-probs the trainer's own, so every ratio is 1 and loss_t = -A.
+    for r in (long, short):
+        r.sampler_logprobs = [-x for x in _nll(learner, r)]
+    metrics = learner.step([long, short])
+    # Token-level: (9 * -1 + 1 * +1) / 10; a per-sequence mean would give (-1 + 1) / 2 = 0.
+    assert metrics["adapters"]["S0"]["loss"] == pytest.approx(-0.8, abs=1e-5)
+    assert metrics["adapters"]["S0"]["logprob_gap"] < 1e-5
+    assert metrics["adapters"]["S0"]["clip_fraction"] == 0.0
+
+
+def _nll(learner: PopulationLearner, r: Rollout) -> list[float]:
+    """-log p of each completion token under the learner's current adapter (sampled-token check)."""
+    mm = learner.model
+    ids = torch.tensor([r.prompt_ids + r.completion_ids])
+    m = len(r.completion_ids)
+    with torch.no_grad(), mm.route([learner._slot[r.adapter]]):
+        logits = mm(input_ids=ids).logits[0, -m - 1:-1] / r.temperature
+    return (-torch.log_softmax(logits, -1).gather(-1, ids[0, -m:, None])[:, 0]).tolist()
+
+
+def weights(learner: PopulationLearner, name: str) -> dict[str, torch.Tensor]:
+    return learner.adapter_state(name)
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 0.0) -> bool:
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=atol, rtol=0) for k in a)
+
+
+def make_learner(names: list[str], cfg: LearnerConfig = LearnerConfig(lr=1e-2)) -> PopulationLearner:
+    base = tiny_llama()
+    adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(names)}
+    learner = PopulationLearner(base, LORA, cfg, max_adapters=4)
+    for n, sd in adapters.items():
+        learner.add_adapter(n, sd)
+    return learner
+
+
+def test_each_adapter_updates_as_if_trained_alone_with_its_own_optimiser():
+    mixed = random_rollouts(["A", "B"], 12, seed=2)
+    together = make_learner(["A", "B"])
+    alone = make_learner(["A", "B"])
+    for _ in range(3):  # several steps, so AdamW moments matter
+        together.step(mixed)
+        alone.step([r for r in mixed if r.adapter == "A"])
+    assert same(weights(together, "A"), weights(alone, "A"), atol=1e-6)
+    # B had no rollouts in `alone`: untouched weights, untouched optimiser (no moments, no step).
+    assert same(weights(alone, "B"), make_learner(["A", "B"]).adapter_state("B"))
+    assert alone.optimizer_state("B")["state"] == {}
+    assert together.optimizer_state("B")["state"][0]["step"] == 3
+    moments_a, moments_b = (together.optimizer_state(n)["state"][0]["exp_avg"] for n in ("A", "B"))
+    assert not torch.equal(moments_a, moments_b)
+
+
+def test_a_nan_loss_skips_only_that_adapter_and_leaves_its_weights_and_optimiser_intact():
+    learner = make_learner(["good", "bad"])
+    reference = make_learner(["good", "bad"])
+    rollouts = random_rollouts(["good", "bad"], 10, seed=4)
+    reference.step([r for r in rollouts if r.adapter == "good"])
+    learner.step(rollouts)  # one clean step first, so "bad" has optimiser moments to protect
+    reference.step([r for r in rollouts if r.adapter == "good"])
+    bad_before, opt_before = weights(learner, "bad"), learner.optimizer_state("bad")
+    for r in rollouts:
+        if r.adapter == "bad":
+            r.sampler_logprobs = [float("nan")] * len(r.completion_ids)
+
+    with pytest.warns(NonFiniteUpdateWarning, match="'bad'"):
+        metrics = learner.step(rollouts)
+
+    assert metrics["skipped"] == ["bad"]
+    assert metrics["adapters"]["bad"]["loss"] is None
+    assert same(weights(learner, "bad"), bad_before)
+    after = learner.optimizer_state("bad")
+    assert after["state"][0]["step"] == opt_before["state"][0]["step"]
+    assert torch.equal(after["state"][0]["exp_avg"], opt_before["state"][0]["exp_avg"])
+    # "good" is updated exactly as if "bad" had not been there at all.
+    assert same(weights(learner, "good"), weights(reference, "good"), atol=1e-6)
+    assert metrics["adapters"]["good"]["grad_norm"] is not None
+    assert all(torch.isfinite(t).all() for t in weights(learner, "bad").values())
+
+
+def test_an_inf_gradient_skips_the_adapter():
+    learner = make_learner(["A", "B"])
+    rollouts = random_rollouts(["A", "B"], 8, seed=6)
+    for r in rollouts:
+        if r.adapter == "B":
+            r.advantage = float("inf")
+    before = weights(learner, "B")
+    with pytest.warns(NonFiniteUpdateWarning):
+        metrics = learner.step(rollouts)
+    assert metrics["skipped"] == ["B"] and same(weights(learner, "B"), before)
+    assert not same(weights(learner, "A"), make_learner(["A", "B"]).adapter_state("A"))
+
+
+def test_with_several_epochs_ratios_move_off_one_and_get_clipped():
+    learner = make_learner(["A"], LearnerConfig(lr=5e-2, epochs=4, clip_eps=0.05, grad_clip=None))
+    rollouts = random_rollouts(["A"], 8, seed=8)
+    for r in rollouts:
+        r.sampler_logprobs = [-x for x in _nll(learner, r)]
+    first = learner.step(rollouts)
+    assert first["clip_fraction"] == 0.0 and first["logprob_gap"] < 1e-5
+    second = learner.step(rollouts)  # the same samples are now off-policy
+    assert second["logprob_gap"] > 1e-3 and second["clip_fraction"] > 0.0
+
+
+def test_state_dict_round_trip_resumes_exactly():
+    rollouts = random_rollouts(["A", "B"], 10, seed=9)
+    first = make_learner(["A", "B"], LearnerConfig(lr=1e-2, teacher_baseline="ema"))
+    first.step(rollouts)
+    state = copy.deepcopy(first.state_dict())
+    resumed = make_learner(["Z"], LearnerConfig(lr=1e-2, teacher_baseline="ema"))
+    resumed.load_state_dict(state)
+    assert resumed.adapters == ["A", "B"]
+    first.step(rollouts)
+    resumed.step(rollouts)
+    for n in ("A", "B"):
+        assert same(weights(first, n), weights(resumed, n))
+
+
+def test_replace_remove_and_add_adapters():
+    learner = make_learner(["A", "B"])
+    learner.step(random_rollouts(["A", "B"], 6, seed=1))
+    child = {k: v * 0.5 for k, v in weights(learner, "B").items()}
+    learner.replace_adapter("A", child, reset_optimizer=True)
+    assert same(weights(learner, "A"), child) and learner.optimizer_state("A")["state"] == {}
+    learner.replace_adapter("B", child, reset_optimizer=False)
+    assert learner.optimizer_state("B")["state"][0]["step"] == 1
+    learner.remove_adapter("A")
+    learner.add_adapter("C")  # a fresh PEFT init: B zero, so C starts as the bare base
+    assert learner.adapters == ["B", "C"]
+    assert all(not v.any() for k, v in weights(learner, "C").items() if "lora_B" in k)
+    with pytest.raises(PopulaError, match="'A'"):
+        learner.adapter_state("A")
+    with pytest.raises(PopulaError, match="'B' is already"):
+        learner.add_adapter("B")
+
+
+def test_bad_rollouts_are_refused_naming_them():
+    learner = make_learner(["A"])
+    good = random_rollouts(["A"], 1, seed=0)[0]
+    cases = [
+        (dict(adapter="nope"), "'nope' is not in the learner"),
+        (dict(prompt_ids=[]), "prompt_ids is empty"),
+        (dict(sampler_logprobs=[0.0] * (len(good.completion_ids) + 1)), "sampler log-probs"),
+        (dict(reward=None, advantage=None), "reward or an advantage"),
+        (dict(temperature=0.0), "temperature"),
+    ]
+    for change, message in cases:
+        bad = copy.copy(good)
+        for k, v in change.items():
+            setattr(bad, k, v)
+        with pytest.raises(PopulaError, match=message):
+            learner.step([good, bad])
+
+
+def test_a_full_learner_is_refused_with_advice():
+    learner = PopulationLearner(tiny_llama(), LORA, LearnerConfig(), max_adapters=1)
+    learner.add_adapter("A")
+    with pytest.raises(PopulaError, match="max_adapters"):
+        learner.add_adapter("B")
+
+
+def test_empty_completions_train_nothing_but_are_counted_nowhere():
+    learner = make_learner(["A"])
+    r = random_rollouts(["A"], 1, seed=0)[0]
+    r.completion_ids, r.sampler_logprobs = [], []
+    metrics = learner.step([r])
+    assert metrics["tokens"] == 0 and metrics["skipped"] == [] and math.isclose(0, metrics["clip_fraction"])
