@@ -231,19 +231,29 @@ def context_limit(base_path: str | Path) -> int | None:
     return getattr(config, "max_position_embeddings", None)
 
 
+def engine_context(engine: Engine) -> int | None:
+    """Prompt + completion tokens an engine can hold: vLLM's max_model_len, or the torch engine's positions."""
+    limit = getattr(engine, "max_model_len", None)
+    if limit is None:
+        limit = getattr(getattr(engine, "config", None), "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) else None
+
+
 def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, adapter: AdapterRef | None,
              sandbox: Any, settings: EvalSettings = EvalSettings(), context: int | None = None,
              progress: bool = False, model: str = "", engine_name: str = "", tasks_file: str | None = None,
              log: Callable[[str], None] | None = None) -> EvalReport:
     """Pose every valid task to `adapter` (None: the bare base) `settings.samples` times and score it.
 
-    `context` (the model's positions) clips max_tokens per prompt so prompt + answer fits;
-    a prompt that leaves no room is not attempted and scores as a failure. `progress`
+    `context` (the model's positions; default: what the engine reports) clips max_tokens per
+    prompt so prompt + answer fits; a prompt that leaves no room is not attempted and scores
+    as a failure. `progress`
     shows the engine's tqdm bar. The engine and sandbox are the caller's: nothing is closed.
     """
     from popula.tasks.prompts import prompt_format, stop_token_ids
 
     start = time.perf_counter()
+    context = context if context is not None else engine_context(engine)
     fmt = prompt_format(tokenizer)
     stops = stop_token_ids(tokenizer)
     tasks, skipped = prepare_tasks(records, sandbox)

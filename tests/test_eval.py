@@ -276,7 +276,7 @@ def test_several_samples_give_pass_at_k_and_are_reproducible_by_seed(engine, tok
 def test_a_prompt_longer_than_the_context_is_not_attempted_and_counts_as_failed(engine, tokenizer, sandbox):
     long = TaskRecord("long", "code_o", "def f(x):\n" + "    x = x + 1\n" * 60 + "    return x", ["0"], ["60"])
     report = evaluate(engine, tokenizer, [long, KNOWN[0][0]], adapter=None, sandbox=sandbox,
-                      settings=EvalSettings(max_tokens=24), context=128)
+                      settings=EvalSettings(max_tokens=24))  # the context (128) is the engine's
     assert report.not_attempted == 1
     assert {t.id: (t.attempted, t.correct) for t in report.per_task} == {"long": (False, 0), "triple": (True, 1)}
 
