@@ -50,8 +50,8 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
     if progress:
-        print(f"popula pretrain: generating {recipe.pool_tasks} programs and running them in the sandbox")
-    pool = build_pool(recipe.pool_tasks, recipe.seed, recipe.difficulty, workers=workers)
+        print(f"popula pretrain: generating {recipe.pool_size} programs and running them in the sandbox")
+    pool = build_pool(recipe.pool_size, recipe.seed, recipe.difficulty, workers=workers)
     fmt = CompactFormat()
     sampler = ExampleSampler(pool, fmt, random.Random(recipe.seed), recipe.max_references, recipe.teacher_share)
     sample_texts = []

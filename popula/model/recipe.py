@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from popula.errors import PopulaError
@@ -39,7 +39,7 @@ class TinyRecipe:
     teacher_share: float = 0.4  # fraction of examples that are teacher proposals
     # training
     seq_len: int = 384
-    batch_rows: int = 16
+    batch_rows: int = 6
     lr: float = 3e-3
     prompt_weight: float = 0.3  # loss weight of prompt tokens (completion tokens weigh 1)
 
@@ -49,8 +49,14 @@ class TinyRecipe:
         if self.hidden_size % self.heads:
             raise PopulaError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
 
-    def with_minutes(self, minutes: float) -> TinyRecipe:
-        return replace(self, minutes=minutes)
+    @property
+    def pool_size(self) -> int:
+        """Programs in the corpus pool: `pool_tasks` for a 10-minute build, fewer for less.
+
+        Generating and sandboxing the pool takes a fixed share of the budget, so a short
+        build (tests, trials) does not spend all of it running programs.
+        """
+        return max(40, round(self.pool_tasks * min(1.0, self.minutes / 10)))
 
     def digest(self) -> str:
         """A short hash of the recipe and of the sources that write its corpus."""

@@ -1,0 +1,205 @@
+"""Base models: the tiny base's build, cache and files, and loading bases by spec."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from popula.errors import PopulaError
+from popula.model.base import MARKER, load_base, resolve_base_model, tiny_path
+from popula.model.corpus import ExampleSampler, as_type
+from popula.model.recipe import TinyRecipe
+from popula.model.tokenizer import train_tokenizer
+from popula.model.train import PackedBatches, lr_at
+from popula.tasks.generator import generate_tasks
+from popula.tasks.prompts import COMPACT_EOS, CompactFormat, prompt_format, stop_token_ids
+from popula.tasks.records import TaskRecord
+
+QUICK = TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return generate_tasks(24, seed=0, types=["code_f"], namespace="test-corpus")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A private cache with one quick tiny build in it."""
+    root = tmp_path_factory.mktemp("popula-cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("POPULA_CACHE", str(root))
+    path = resolve_base_model("tiny", recipe=QUICK, progress=False)
+    yield root, path
+    mp.undo()
+
+
+def test_corpus_examples_are_in_the_exact_self_play_formats(pool) -> None:
+    fmt = CompactFormat()
+    sampler = ExampleSampler(pool, fmt, random.Random(0), max_references=3, teacher_share=0.5)
+    kinds = set()
+    for _ in range(200):
+        ex = sampler.sample()
+        role, task_type = ex.kind.split(":")
+        kinds.add(ex.kind)
+        if role == "teacher":
+            assert ex.prompt.startswith("## propose") and ex.prompt.endswith("### new\n")
+            proposal = fmt.parse_proposal(ex.completion, task_type)
+            assert proposal is not None and any(proposal.program == t.program for t in pool)
+        else:
+            answer = fmt.parse_answer(ex.completion, task_type)
+            assert answer is not None
+            source = next(t for t in pool if (t.program in ex.prompt) or (task_type == "code_f" and t.program == answer))
+            if task_type == "code_o":
+                assert answer in source.outputs  # the sandbox's output for the input shown
+            elif task_type == "code_i":
+                assert answer in source.inputs
+    assert len(kinds) == 6
+
+
+def test_a_pool_task_viewed_as_code_o_keeps_its_input_output_pair(pool) -> None:
+    task = as_type(pool[0], "code_o", 3)
+    assert (task.type, task.inputs, task.outputs, task.message) == ("code_o", [pool[0].inputs[3]], [pool[0].outputs[3]], "")
+
+
+def test_tokenizer_round_trips_programs_splits_digits_and_ends_with_its_eos(pool) -> None:
+    tok = train_tokenizer([t.program for t in pool] * 3, vocab_size=400)
+    text = pool[0].program + "\n>>> f(12345)\n"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    assert tok.tokenize("12345") == list("12345")
+    assert tok.eos_token == COMPACT_EOS and tok.pad_token_id != tok.eos_token_id
+
+
+def test_packed_batches_weigh_completions_fully_and_prompts_less(pool) -> None:
+    fmt = CompactFormat()
+    tok = train_tokenizer([t.program for t in pool] * 3, vocab_size=400)
+    sampler = ExampleSampler(pool, fmt, random.Random(1), max_references=1, teacher_share=0.0)
+    batches = PackedBatches(sampler.sample, tok, seq_len=128, rows=3, prompt_weight=0.25)
+    ids, weights = batches.next_batch()
+    assert ids.shape == weights.shape == (3, 129)
+    assert set(weights.unique().tolist()) == {0.25, 1.0}
+    eos = ids == tok.eos_token_id
+    assert eos.any() and bool((weights[eos] == 1.0).all())  # learning to stop matters
+
+
+def test_learning_rate_warms_up_then_anneals() -> None:
+    assert lr_at(0.0, 1.0) < lr_at(0.05, 1.0) == pytest.approx(1.0)
+    assert lr_at(0.5, 1.0) < 1.0 and lr_at(1.0, 1.0) == pytest.approx(0.05)
+
+
+@pytest.mark.slow
+def test_tiny_is_built_once_in_the_cache_in_hugging_face_format(cache) -> None:
+    root, path = cache
+    assert path == tiny_path(QUICK) and path.parent == root
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json", MARKER):
+        assert (path / name).is_file(), name
+    summary = json.loads((path / MARKER).read_text())
+    assert summary["steps"] > 0 and summary["prompt_format"] == "compact"
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    assert resolve_base_model("tiny", recipe=QUICK) == path  # reused, not rebuilt
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp
+    assert not list(root.glob(".*tmp*"))  # the build's temporary directory is gone
+
+
+def test_a_changed_recipe_or_corpus_source_means_another_cache_entry() -> None:
+    assert tiny_path(QUICK) != tiny_path(TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2, lr=1e-3))
+    assert tiny_path(QUICK) == tiny_path(TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2))
+
+
+@pytest.mark.slow
+def test_the_tiny_base_loads_with_transformers_and_generation_stops_at_its_eos(cache) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, path = cache
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert model.config.model_type == "llama"
+    assert 0.2e6 < sum(p.numel() for p in model.parameters()) < 20e6
+    end = tok.convert_tokens_to_ids(COMPACT_EOS)
+    assert model.generation_config.eos_token_id == end == tok.eos_token_id
+    assert stop_token_ids(tok) == [end]
+    assert prompt_format(tok).name == "compact"
+
+    # force the end token: generate must stop right after it, whatever the weights
+    with torch.no_grad():
+        bias = torch.full((model.config.vocab_size,), -1e4)
+        bias[end] = 0.0
+        out = model.generate(
+            **tok("## output\ndef f(a):\n    return a\n>>> f(1)\n", return_tensors="pt", add_special_tokens=False),
+            max_new_tokens=20,
+            do_sample=False,
+            eos_token_id=[end],
+            logits_processor=[lambda ids, scores: scores + bias],
+        )
+    assert out[0, -1].item() == end and out.shape[1] <= 1 + len(tok("## output\ndef f(a):\n    return a\n>>> f(1)\n")["input_ids"])
+
+
+@pytest.mark.slow
+def test_load_base_by_spec_and_path(cache) -> None:
+    _, path = cache
+    model, tok = load_base(str(path))
+    assert not model.training and tok.pad_token_id is not None
+
+
+def test_missing_or_unreadable_model_paths_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(PopulaError, match="no such model directory"):
+        resolve_base_model(str(tmp_path / "nope"))
+    with pytest.raises(PopulaError, match="config.json"):
+        resolve_base_model(str(tmp_path))
+    with pytest.raises(PopulaError, match="Hugging Face id"):
+        resolve_base_model("not a model id")
+    assert resolve_base_model("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+def test_a_real_model_directory_gets_instruction_prompts(tmp_path: Path) -> None:
+    """A tiny random Qwen2 with a locally trained tokenizer stands in for a real model."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(["def f(x):\n    return x + 1\n"] * 10, trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    tok.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    task = TaskRecord(id="o", type="code_o", program="def f(x):\n    return x + 1", inputs=["3"], outputs=["4"])
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    model, loaded = load_base(str(tmp_path))
+    fmt = prompt_format(loaded)
+    assert fmt.name == "instruct"
+    prompt = fmt.student_prompt(task)
+    assert prompt.startswith("<|im_start|>user")
+    ids = loaded(prompt, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=loaded.pad_token_id)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+
+
+@pytest.mark.slow
+def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: Path) -> None:
+    from popula.tasks.records import read_records
+
+    out = tmp_path / "tiny"
+    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--minutes", "0.25"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (out / "model.safetensors").is_file() and f"saved to {out}" in done.stdout
+    assert "pretrain" in done.stderr  # the progress bar
+
+    tasks_file = tmp_path / "held.jsonl"
+    done = subprocess.run([sys.executable, "-m", "popula", "tasks", "--n", "12", "--seed", "3", "--out", str(tasks_file)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    tasks = read_records(tasks_file)
+    assert len(tasks) == 12 and all(len(t.outputs) == len(t.inputs) for t in tasks)
+
+    bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--minutes", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--minutes" in bad.stderr
