@@ -79,8 +79,10 @@ class PopulationRun:
         n_adapters = 1 if cfg.population.single_agent else cfg.population.teachers + cfg.population.students
         self.learner = PopulationLearner(self.base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=n_adapters)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
+        # vLLM learns the target modules from each adapter's config; the torch engine wraps them up front.
+        options = {"target_modules": cfg.lora.target_modules} if cfg.engine == "torch" else {}
         self.engine = create_engine(cfg.engine, self.base_path, max_adapters=n_adapters + 1,
-                                    max_rank=cfg.lora.rank, seed=cfg.seed, target_modules=cfg.lora.target_modules)
+                                    max_rank=cfg.lora.rank, seed=cfg.seed, **options)
         self.sandbox = Sandbox(workers=cfg.sandbox.workers)
         g = cfg.generation
         self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from popula.engines.base import AdapterRef, Engine, GenerationRequest, Sample
+from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer
@@ -90,12 +91,6 @@ class SelfPlay:
         self.stop_ids = stop_ids
         self.settings = settings
 
-    def encode(self, text: str) -> list[int]:
-        """Prompt ids as the base saw them in training: BOS (if any) then the text."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        bos = self.tokenizer.bos_token_id
-        return ([bos] if bos is not None and not text.startswith(self.tokenizer.bos_token or "\0") else []) + ids
-
     def play(self, step: int, matches: Sequence[Match], adapters: dict[str, AdapterRef],
              buffer: TaskBuffer, rng: np.random.Generator, seed: int) -> StepGame:
         """Phases 2-4 for all matches; `adapters` maps member name -> adapter version."""
@@ -111,7 +106,8 @@ class SelfPlay:
             for task_type in s.types:
                 for _ in range(s.proposals_per_type):
                     refs = buffer.sample(task_type, s.references, rng)
-                    plan.append((teacher, task_type, self.encode(self.fmt.teacher_prompt(task_type, refs))))
+                    prompt = self.fmt.teacher_prompt(task_type, refs)
+                    plan.append((teacher, task_type, encode_prompt(self.tokenizer, prompt)))
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.temperature, top_p=s.top_p,
                               max_tokens=s.teacher_max_tokens, seed=_seed(seed, step, 0, i),
@@ -136,7 +132,7 @@ class SelfPlay:
 
         # (4) each matched student answers every valid task with n rollouts
         jobs = [(i, student) for i, p in enumerate(proposals) if p.valid for student in students_of[p.teacher]]
-        student_prompts = [self.encode(self.fmt.student_prompt(proposals[i].task)) for i, _ in jobs]
+        student_prompts = [encode_prompt(self.tokenizer, self.fmt.student_prompt(proposals[i].task)) for i, _ in jobs]
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[student], n=s.rollouts, temperature=s.temperature,
                               top_p=s.top_p, max_tokens=s.student_max_tokens, seed=_seed(seed, step, 1, j),
