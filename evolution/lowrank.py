@@ -25,6 +25,12 @@ _NULL_TOL = 1e-12
 below 1e-6 of the largest: under the resolution of float32 factors)."""
 
 
+_COMPLEMENT_TOL = 1e-5
+"""Directions of random Z orthogonal to col(X) with less than this fraction of Z's energy
+are treated as absent (see `tilt_transform`): above float32 rounding, far below the energy
+of a genuine direction (about 1/r of it)."""
+
+
 def gram(x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
     """``X^T Y`` (``X^T X`` without y) of 2-D factors, in float64: the Gram of B's columns."""
     x64 = x.double()
@@ -37,15 +43,16 @@ def row_gram(x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
     return x64 @ (x64 if y is None else y.double()).mT
 
 
-def gram_root(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gram_root(g: torch.Tensor, floor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, R+) with ``R^T R = G`` and R+ the pseudo-inverse of R, for PSD Grams (n, k, k).
 
     ``X R+`` is then an orthonormal basis of col(X), with exactly-zero columns for the
-    directions X does not span, without ever forming it.
+    directions X does not span, without ever forming it. Eigenvalues up to ``floor``
+    (n,) count as zero; by default a tiny fraction of the largest one.
     """
     evals, evecs = torch.linalg.eigh(g)
     evals = evals.clamp_min(0)
-    floor = evals.amax(dim=-1, keepdim=True) * _NULL_TOL
+    floor = evals.amax(dim=-1, keepdim=True) * _NULL_TOL if floor is None else floor.unsqueeze(-1)
     root = evals.sqrt()
     inv_root = torch.where(evals > floor, 1 / root.clamp_min(torch.finfo(root.dtype).tiny), torch.zeros_like(root))
     return root.unsqueeze(-1) * evecs.mT, evecs * inv_root.unsqueeze(-2)
@@ -116,7 +123,10 @@ def tilt_transform(gxx: torch.Tensor, gxz: torch.Tensor, gzz: torch.Tensor, coup
     coupling = coupling.to(gxx.device)
     _, px = gram_root(gxx)  # Qx = X px
     y = px @ px.mT @ gxz  # Z - X y: Z's part orthogonal to col(X)
-    _, pz = gram_root(gzz - gxz.mT @ y)  # Qz = (Z - X y) pz
+    # Qz = (Z - X y) pz. What is left of Z after removing col(X) is judged against Z's own
+    # size: when col(X) fills the space (d <= r), the remainder is rounding error (of the
+    # float32 Z products), not directions.
+    _, pz = gram_root(gzz - gxz.mT @ y, floor=_COMPLEMENT_TOL * gzz.diagonal(dim1=-2, dim2=-1).sum(-1))
     live_x = (px.abs().sum(dim=-2) > 0).double()
     live_z = (pz.abs().sum(dim=-2) > 0).double()
     e = coupling.double() * live_z.unsqueeze(-1) * live_x.unsqueeze(-2)

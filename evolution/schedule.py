@@ -22,6 +22,11 @@ Rules (all seeded from ``(config.seed, step, role)``, so a resumed run plans the
 - The child's rating: mean of its parents' mu, their mean sigma times ``sigma_widen``
   (capped at ``sigma_cap`` if given), so it re-enters near its parents but is quickly
   corrected by its own matches.
+- Optimiser state: ``reset`` (default) starts the child's optimiser fresh; ``inherit``
+  asks the caller to copy the first parent's (`Replacement.inherit_optimizer_from`).
+  Inheriting only makes sense where the child keeps that parent's factor basis
+  (mutations, slot swap); splice and interpolation re-factorise, so per-element Adam
+  moments would no longer refer to the same coordinates.
 """
 
 from __future__ import annotations
@@ -140,6 +145,11 @@ class Replacement:
     step: int
     child_rating: Rating
     optimizer_state: Literal["reset", "inherit"]
+
+    @property
+    def inherit_optimizer_from(self) -> str | None:
+        """The member whose optimiser state the child starts from; None for a fresh one."""
+        return self.parents[0] if self.optimizer_state == "inherit" else None
 
     def lineage(self) -> LineageRecord:
         return LineageRecord(self.child, self.parents, self.operator, self.step, self.strength, self.seed, self.role, self.old)

@@ -1,8 +1,6 @@
 """Evolution operators: what every child keeps, what each operator changes, and that the
 low-rank algebra agrees with dense linear algebra on small modules."""
 
-import io
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -242,6 +240,19 @@ def test_a_child_owns_its_tensors_and_saves_as_safetensors(name):
     for value in child.values():
         value.add_(1.0)
     assert all(torch.equal(first[k], copies[k]) for k in first)
+
+
+@pytest.mark.parametrize("name", list(OPERATORS))
+def test_ranks_beyond_a_small_modules_dimensions_still_work(name):
+    """r = 5 on 4 x 6 and 6 x 3 modules: the Gram route handles rank-deficient factors, and
+    rotation couples only the directions that exist (2r > d), staying orthogonal."""
+    first = adapter(1, shapes=[(4, 6), (6, 3)], rank=5, dtype=torch.float64)
+    second = adapter(2, shapes=[(4, 6), (6, 3)], rank=5, dtype=torch.float64)
+    child = get_operator(name).apply(parents_for(name, first, second), 0.3, 0)
+    assert all(torch.isfinite(v).all() and v.shape == first[k].shape for k, v in child.items())
+    if name == "rotate":
+        for key in first:
+            torch.testing.assert_close(child[key].norm(), first[key].norm(), rtol=1e-6, atol=0)
 
 
 def test_modules_of_other_shapes_and_extra_keys_pass_through():

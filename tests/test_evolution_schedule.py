@@ -150,3 +150,10 @@ def test_make_child_applies_the_planned_operator_and_lineage_round_trips_as_json
     assert json.loads(json.dumps(replacement.to_dict()))["operator"] == "splice"
     with pytest.raises(EvolutionError, match="needs parent state dicts"):
         make_child(replacement, {})
+
+
+def test_optimizer_state_is_reset_by_default_or_inherited_from_the_first_parent():
+    reset = plan_replacements(10, RATINGS, EvolutionConfig(every=10))[0]
+    assert reset.optimizer_state == "reset" and reset.inherit_optimizer_from is None
+    inherit = plan_replacements(10, RATINGS, EvolutionConfig(every=10, optimizer_state="inherit"))[0]
+    assert inherit.inherit_optimizer_from == inherit.parents[0]
