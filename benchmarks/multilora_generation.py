@@ -11,6 +11,7 @@ seeded. The three cases run interleaved, `--repeats` rounds after a warm-up roun
 process, so a busy shared machine slows them alike; the median round is reported.
 
     python3 benchmarks/multilora_generation.py --engine torch|vllm [--repeats 3] [--prompts 64] [--tokens 128]
+                                               [--threads T] [--max-batch-size B] [--device cpu|cuda]
 
 Last line: {"engine", "tok_per_s_1", "tok_per_s_8", "ratio_8_vs_1", "tok_per_s_base", "lora_cost_vs_base", ...}
 """
@@ -77,7 +78,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-batch-size", type=int, default=64, help="torch engine: rows per decoding batch")
     ap.add_argument("--device", default="cpu", help="torch engine: cpu or cuda")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch intra-op threads (0: torch's default); 1 is steadier on a busy shared machine")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory(prefix="multilora_bench_") as tmp:
         base = build_base(Path(tmp) / "base")
@@ -122,6 +127,7 @@ def main() -> int:
         "tok_per_s_base": round(med["base"], 1),
         "lora_cost_vs_base": round(med["base"] / med["8 adapters"], 3),
         "prompts": args.prompts, "new_tokens": args.tokens, "rank": RANK, "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
     }
     print(json.dumps(figures))
     return 0

@@ -221,3 +221,24 @@ def test_rows_ordered_by_slot_and_shuffled_rows_give_the_same_logits():
         with mm.route([ordered[i] for i in perm]):
             b = mm(input_ids=ids[perm]).logits
     torch.testing.assert_close(b, a[perm])
+
+
+def test_fusing_sibling_projections_changes_neither_logits_nor_gradients():
+    base = tiny_qwen2()
+    adapters = [random_adapter(base, rank=4, seed=slot) for slot in range(2)]
+    models = [MultiLoRAModel(copy.deepcopy(base), rank=4, alpha=8.0, n_slots=2, kernel="grouped",
+                             fuse_siblings=fuse) for fuse in (True, False)]
+    ids = torch.randint(0, 96, (4, 6), generator=torch.Generator().manual_seed(3))
+    logits = []
+    for mm in models:
+        for slot, sd in enumerate(adapters):
+            mm.load_slot(slot, sd)
+        with mm.route([1, -1, 0, 1]):
+            out = mm(input_ids=ids).logits
+            out.square().mean().backward()
+        logits.append(out.detach())
+    assert models[0].lora_layers["model.layers.0.self_attn.q_proj"].siblings is not None
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-5, atol=1e-6)
+    for slot in (0, 1):
+        for p_fused, p_plain in zip(models[0].slot_parameters(slot), models[1].slot_parameters(slot)):
+            torch.testing.assert_close(p_fused.grad, p_plain.grad, rtol=1e-5, atol=1e-7)

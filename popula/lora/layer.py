@@ -10,6 +10,8 @@ adapters at once:
   orders rows by slot, as the torch engine does) and `torch._grouped_mm` multiplies each
   group by its own A and B in one call. It reads each adapter's weights once, not once per
   row, which is what makes 8 adapters cost about what 1 costs.
+  Layers called on the same input (q/k/v, gate/up) share one A matmul and one
+  block-diagonal B matmul (`SiblingGroup`).
 - kernel "gather" (fallback, e.g. where `_grouped_mm` lacks a dtype/device): each row's A
   and B are gathered and applied with two `bmm`s.
 Rows routed to the bare base are skipped by both (exact base output).
@@ -151,6 +153,7 @@ class MultiLoRALinear(nn.Module):
         self._cache_key: tuple | None = None
         self._cache: tuple[torch.Tensor, torch.Tensor] | None = None
         self._grouped: dict[tuple[str, torch.dtype], bool] = {}
+        self.siblings: SiblingGroup | None = None  # set by MultiLoRAModel for q/k/v and gate/up
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, slots={self.n_slots}, rank={self.rank}"
@@ -194,7 +197,10 @@ class MultiLoRALinear(nn.Module):
         out3 = out.reshape(n, -1, self.out_features)
         grad = torch.is_grad_enabled() and any(p.requires_grad for p in self._a)
         if self._use_grouped(x):
-            delta = self._grouped_delta(x3, plan, grad)
+            if self.siblings is not None:
+                delta = self.siblings.delta(self, x, x3, plan, grad)
+            else:
+                delta = self._grouped_delta(x3, plan, grad)
             rows = plan.lora_rows
         else:
             delta = self._gathered_delta(x3, plan, grad)
@@ -257,6 +263,69 @@ class MultiLoRALinear(nn.Module):
             b = torch.cat([torch.stack(self._b), self._b[0].new_zeros(1, self.out_features, self.rank)])
             a, b, scale = a[plan.rows], b[plan.rows], self.scaling[plan.rows]
         return a.transpose(1, 2).to(dtype), (b.transpose(1, 2) * scale.view(-1, 1, 1)).to(dtype)
+
+
+class SiblingGroup:
+    """Layers the model calls on the SAME input tensor (q/k/v; gate/up), fused for LoRA.
+
+    Why: at decode time on small models each LoRA matmul costs mostly its launch. The first
+    member called computes every member's LoRA output at once -- A's concatenated into one
+    grouped matmul, B's as one block-diagonal grouped matmul -- and the others pick up
+    their slice: a Llama decoder layer launches 8 LoRA matmuls instead of 14. Safe by
+    construction: a member uses a slice only when called with the very tensor object the
+    group computed for, under the same routing; otherwise it computes alone.
+    """
+
+    def __init__(self, members: list[MultiLoRALinear]) -> None:
+        self.members = members
+        self.splits = [m.out_features for m in members]
+        self.total_out = sum(self.splits)
+        self._x: torch.Tensor | None = None
+        self._epoch = -1
+        self._pending: dict[int, torch.Tensor] = {}
+        self._cache_key: tuple | None = None
+        self._cache: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def delta(self, layer: MultiLoRALinear, x: torch.Tensor, x3: torch.Tensor, plan: RoutingPlan,
+              grad: bool) -> torch.Tensor:
+        """`layer`'s LoRA output for the non-base rows (m, T, out), as _grouped_delta returns it."""
+        mine = self._pending.pop(id(layer), None)
+        if mine is not None and self._x is x and self._epoch == layer.routing.epoch:
+            if not self._pending:
+                self._x = None
+            return mine
+        a, b = self._weights(layer, plan, grad, x3.dtype)
+        seq = x3.shape[1]
+        xl = x3[: plan.m] if plan.contiguous else x3.index_select(0, plan.lora_rows)
+        offs = plan.offsets_for(seq)
+        h = torch._grouped_mm(xl.reshape(plan.m * seq, layer.in_features), a, offs=offs)
+        parts = torch._grouped_mm(h, b, offs=offs).view(plan.m, seq, self.total_out).split(self.splits, dim=-1)
+        self._pending = {id(m): p for m, p in zip(self.members, parts) if m is not layer}
+        self._x, self._epoch = x, layer.routing.epoch
+        return parts[self.members.index(layer)]
+
+    def _weights(self, layer: MultiLoRALinear, plan: RoutingPlan, grad: bool, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        if grad:
+            self._cache = None
+            return self._stack(plan, dtype)
+        key = (layer.routing.epoch, dtype, *([p._version for p in m._a + m._b] for m in self.members),
+               *(m.scaling._version for m in self.members))
+        if self._cache is None or self._cache_key != key:
+            with torch.no_grad():
+                a, b = self._stack(plan, dtype)
+            self._cache, self._cache_key = (a.contiguous(), b.contiguous()), key
+        return self._cache
+
+    def _stack(self, plan: RoutingPlan, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """A^T of all members side by side (U, in, sum r) and B^T block-diagonal (U, sum r, sum out)."""
+        pieces = [m._stack(plan, dtype, "grouped") for m in self.members]
+        a = torch.cat([p[0] for p in pieces], dim=2)
+        blocks, start = [], 0
+        for (_, b), width in zip(pieces, self.splits):
+            blocks.append(nn.functional.pad(b, (start, self.total_out - start - width)))
+            start += width
+        return a, torch.cat(blocks, dim=1)
 
 
 def peft_init_(a: torch.Tensor, b: torch.Tensor, generator: torch.Generator) -> None:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from popula.errors import PopulaError
-from popula.lora.layer import MultiLoRALinear, SlotRouting, peft_init_
+from popula.lora.layer import MultiLoRALinear, SiblingGroup, SlotRouting, peft_init_
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = (
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -24,6 +24,8 @@ DEFAULT_TARGET_MODULES: tuple[str, ...] = (
 # LoRA on these breaks vLLM's log-prob paths or the tied embeddings (DESIGN 5).
 FORBIDDEN_TARGETS: tuple[str, ...] = ("lm_head", "embed_tokens", "wte", "embed_out")
 PEFT_PREFIX = "base_model.model."
+# Projections Llama-family models call on one and the same input tensor (fused for LoRA).
+SIBLING_SETS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 BASE_SLOT = -1
 
 
@@ -56,7 +58,8 @@ class MultiLoRAModel(nn.Module):
             logits = mm(input_ids=ids, attention_mask=mask).logits
 
     kernel: "auto" (grouped matmul where torch supports it for the device and dtype, else
-    gather + bmm), "grouped" or "gather"; see `popula.lora.layer`.
+    gather + bmm), "grouped" or "gather"; fuse_siblings: with the grouped kernel, apply the
+    LoRA of q/k/v (and of gate/up) together; see `popula.lora.layer`.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class MultiLoRAModel(nn.Module):
         alpha: float = 16.0,
         n_slots: int = 8,
         kernel: str = "auto",
+        fuse_siblings: bool = True,
     ) -> None:
         super().__init__()
         self.base_model = base_model
@@ -84,6 +88,8 @@ class MultiLoRAModel(nn.Module):
             layer = MultiLoRALinear(linear, n_slots=n_slots, rank=rank, routing=self.routing, kernel=kernel)
             setattr(parent, child, layer)
             self.lora_layers[path] = layer
+        if fuse_siblings:
+            self._group_siblings()
 
     def forward(self, *args, **kwargs):
         return self.base_model(*args, **kwargs)
@@ -182,6 +188,19 @@ class MultiLoRAModel(nn.Module):
         return {p: (l.in_features, l.out_features) for p, l in self.lora_layers.items()}
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _group_siblings(self) -> None:
+        by_parent: dict[tuple[str, int], list[MultiLoRALinear]] = {}
+        for path, layer in self.lora_layers.items():
+            parent, _, child = path.rpartition(".")
+            for k, names in enumerate(SIBLING_SETS):
+                if child in names:
+                    by_parent.setdefault((parent, k), []).append(layer)
+        for members in by_parent.values():
+            if len(members) > 1 and len({m.in_features for m in members}) == 1:
+                group = SiblingGroup(members)
+                for m in members:
+                    m.siblings = group
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.n_slots:
