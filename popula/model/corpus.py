@@ -54,15 +54,17 @@ class ExampleSampler:
         self.rng = rng
         self.max_references = max_references
         self.teacher_share = teacher_share
+        # Proposals lean to shorter programs (weight 1/lines): a small model then proposes
+        # mostly programs it can write without a slip, and self-play pushes complexity up.
+        self.proposal_weights = [1.0 / (t.program.count("\n") + 1) for t in pool]
 
     def _view(self, task: TaskRecord, task_type: str) -> TaskRecord:
         return as_type(task, task_type, self.rng.randrange(len(task.inputs)))
 
     def teacher(self, task_type: str) -> Example:
         k = self.rng.randint(1, self.max_references)
-        chosen = self.rng.sample(self.pool, k + 1)
-        refs = [self._view(t, task_type) for t in chosen[:k]]
-        target = self._view(chosen[k], task_type)
+        refs = [self._view(t, task_type) for t in self.rng.sample(self.pool, k)]
+        target = self._view(self.rng.choices(self.pool, self.proposal_weights)[0], task_type)
         return Example(f"teacher:{task_type}", self.fmt.teacher_prompt(task_type, refs), self.fmt.proposal_completion(target))
 
     def student(self, task_type: str) -> Example:

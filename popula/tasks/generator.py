@@ -143,7 +143,7 @@ class _Builder:
         return [v for v, t in self.scope.items() if t == kind and not (assignable and v in self.loop_vars)]
 
     def new_name(self, kind: str) -> str | None:
-        for name in self.rng.sample(_LOCAL_NAMES[kind], len(_LOCAL_NAMES[kind])):
+        for name in _LOCAL_NAMES[kind]:  # a fixed order: fewer names for a small model to keep apart
             if name not in self.scope:
                 return name
         return None
