@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 
 from popula.engines.base import AdapterRef, Engine, GenerationRequest
 from popula.errors import PopulaError
+from popula.run.rundir import member_adapter
 from popula.tasks.records import TASK_TYPES, TaskRecord
 
 GREEDY_TEMPERATURE = 0.0  # default for one sample per task
@@ -385,23 +386,11 @@ def run_adapter(run_dir: Path, name: str) -> AdapterRef:
         raise PopulaError(f"{state_path}: no adapter store in this run directory") from None
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
         raise PopulaError(f"{state_path}: unreadable adapter store state ({err!r})") from None
-    adapter = name if name in latest else _member_adapter(run_dir, name)
+    adapter = name if name in latest else member_adapter(run_dir, name)
     if adapter not in latest:
         raise PopulaError(f"--adapter {name}: no such adapter in {root} (known: {', '.join(sorted(latest)) or 'none'})")
     entry = latest[adapter]
     return AdapterRef(name=adapter, version=int(entry["version"]), uid=int(entry["uid"]), path=root / adapter)
-
-
-def _member_adapter(run_dir: Path, member: str) -> str:
-    """The adapter a league member trains, from the newest checkpoint's roster (single-agent: S0 -> A0)."""
-    checkpoints = sorted((run_dir / "checkpoints").glob("step-*/state.json"))
-    if not checkpoints:
-        return member
-    try:
-        roster = json.loads(checkpoints[-1].read_text())["roster"]["adapter_of"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        return member
-    return roster.get(member, member)
 
 
 def _snapshot(ref: AdapterRef, directory: Path) -> AdapterRef:

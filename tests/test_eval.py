@@ -292,7 +292,7 @@ def test_a_league_member_resolves_to_the_adapter_it_trains(run_dir, tmp_path):
     (single / "adapters" / "store.json").write_text(json.dumps({"next_uid": 2, "latest": {"A0": {"version": 3, "uid": 1}}}))
     (single / "checkpoints" / "step-000003").mkdir(parents=True)
     (single / "checkpoints" / "step-000003" / "state.json").write_text(
-        json.dumps({"step": 3, "roster": {"adapter_of": {"T0": "A0", "S0": "A0"}, "next_index": {}}}))
+        json.dumps({"step": 3, "roster": {"T0": "A0", "S0": "A0"}}))
     ref = run_adapter(single, "S0")
     assert (ref.name, ref.version, ref.uid) == ("A0", 3, 1)
 

@@ -7,6 +7,7 @@ naming every key that differs.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from types import FrameType
@@ -41,6 +42,22 @@ def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> None:
     tmp = config_path.with_name("config.yaml.tmp")
     tmp.write_text(cfg.to_yaml(), encoding="utf-8")
     tmp.replace(config_path)
+
+
+def member_adapter(run_dir: Path, member: str) -> str:
+    """The adapter a league member trains, from the newest checkpoint's roster.
+
+    Members and adapters share names in a population; in the single-agent baseline both
+    league entries (T0, S0) train the one adapter A0.
+    """
+    states = sorted((run_dir / "checkpoints").glob("step-*/state.json"))
+    if not states:
+        return member
+    try:
+        roster = json.loads(states[-1].read_text())["roster"]
+    except (OSError, json.JSONDecodeError, KeyError) as err:
+        raise PopulaError(f"{states[-1]}: unreadable run state ({err})") from None
+    return roster.get(member, member)
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> set[str]:
