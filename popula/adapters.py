@@ -65,6 +65,13 @@ def base_identity(base_path: str | os.PathLike) -> str:
     return str(p.resolve()) if p.exists() else str(base_path)
 
 
+def same_base(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two base names mean the same model: the same resolved path, or the same final
+    name (a run directory or model cache moved to another machine; a hub id vs its local copy).
+    Tensor shapes are checked separately, so a renamed different architecture is still caught."""
+    return base_identity(a) == base_identity(b) or Path(str(a)).name == Path(str(b)).name
+
+
 def base_lora_shapes(base_path: str | os.PathLike, target_modules: Sequence[str]) -> dict[str, tuple[int, int]]:
     """Module path -> (in, out) of every LoRA target of the base, read from its config (no weights)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -129,7 +136,7 @@ def read_adapter(path: Path, *, name: str, base_path: str | os.PathLike, max_ran
         if not (value is None or value == default or (not default and not value)):
             raise PopulaError(f"{where}: field {key}={value!r} is not supported (must be {default!r})")
     declared_base = config.get("base_model_name_or_path")
-    if declared_base and base_identity(declared_base) != base_identity(base_path):
+    if declared_base and not same_base(declared_base, base_path):
         raise PopulaError(f"{where}: made for base {declared_base!r}, not {base_identity(base_path)!r}")
     try:
         state_dict = load_file(str(path / WEIGHTS_FILE))
@@ -197,7 +204,9 @@ class AdapterStore:
         self._check_state_dict(name, state_dict)
         with self._lock:
             previous = self._latest.get(name)
-            version = 0 if previous is None else previous.version + 1
+            # A retired name may come back while an old version is still held: never reuse its number.
+            version = 1 + max([-1 if previous is None else previous.version]
+                              + [r.version for r in self._live.values() if r.name == name])
             uid = self._next_uid
             final = self.root / name / f"v{version:06d}"
             tmp = Path(tempfile.mkdtemp(prefix=f".{name}.v{version}.", dir=self.root))

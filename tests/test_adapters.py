@@ -116,6 +116,13 @@ def test_retired_adapters_disappear_once_released(base_dir, tmp_path):
     store.release(ref)
     assert not (tmp_path / "adapters" / "weak").exists()
 
+    held = store.acquire(store.create("reused"))
+    store.retire("reused")
+    again = store.create("reused")  # the name returns while its old version is still in flight
+    assert again.version > held.version and again.uid > held.uid and held.path.exists()
+    store.release(held)
+    assert not held.path.exists() and again.path.exists() and store.latest("reused") == again
+
 
 def test_missing_corrupt_and_mismatched_adapters_are_refused_naming_them(base_dir, tmp_path):
     store = AdapterStore(tmp_path / "adapters", base_dir, rank=4)
