@@ -100,7 +100,7 @@ class TorchEngine:
 
     def __init__(self, base_path: str | os.PathLike, *, max_adapters: int = 8, max_rank: int = 16, seed: int = 0,
                  target_modules: Sequence[str] = DEFAULT_TARGET_MODULES, max_batch_size: int = 64,
-                 device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+                 device: str = "cpu", dtype: torch.dtype | str = torch.float32) -> None:
         if max_adapters < 1 or max_batch_size < 1:
             raise PopulaError(f"max_adapters and max_batch_size must be >= 1, got {max_adapters}, {max_batch_size}")
         self.base_path = base_path
@@ -108,6 +108,10 @@ class TorchEngine:
         self.max_rank = max_rank
         self.max_batch_size = max_batch_size
         self.device = torch.device(device)
+        if isinstance(dtype, str):  # "float32", "bfloat16" as a config writes them
+            if not isinstance(getattr(torch, dtype, None), torch.dtype):
+                raise PopulaError(f"dtype: {dtype!r} is not a torch dtype (e.g. 'float32', 'bfloat16')")
+            dtype = getattr(torch, dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(base_path))
             base = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=dtype)
