@@ -60,7 +60,8 @@ def lora_modules(state: Mapping[str, torch.Tensor]) -> list[LoraModule]:
         keys = a_keys if match["factor"] == "A" else b_keys
         if name in keys:
             raise EvolutionError(
-                f"{name}: several LoRA adapters in one state dict ({keys[name]!r} and {key!r}); pass one adapter's tensors"
+                f"{name}: several LoRA adapters in one state dict ({keys[name]!r} and {key!r}); "
+                "pass one adapter's tensors"
             )
         keys[name] = key
     if a_keys.keys() != b_keys.keys():

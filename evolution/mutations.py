@@ -162,4 +162,7 @@ def rotate(parent: Mapping[str, torch.Tensor], strength: float, seed: Seed = 0, 
                     tilted = (wx.mT @ x).addmm_(wz.mT, z)
                 new[i][side_index] = tilted.add_(x)
                 noise[i] = None  # free as we go
-    return modules.child([(a.clone() if a is f[0] else a, b.clone() if b is f[1] else b) for (a, b), f in zip(new, factors)])
+    # A side left alone is still the parent's own tensor: the child gets a copy.
+    return modules.child(
+        [(a.clone() if a is f[0] else a, b.clone() if b is f[1] else b) for (a, b), f in zip(new, factors)]
+    )

@@ -43,14 +43,16 @@ class OperatorSpec:
     ) -> StateDict:
         """The child of ``parents`` (1 for a mutation, 2 for a crossover)."""
         if len(parents) != self.n_parents:
-            raise EvolutionError(f"operator {self.name!r} ({self.kind}) takes {self.n_parents} parent(s), got {len(parents)}")
+            raise EvolutionError(
+                f"operator {self.name!r} ({self.kind}) takes {self.n_parents} parent(s), got {len(parents)}"
+            )
         return self.fn(*parents, strength=self.default_strength if strength is None else strength, seed=seed)
 
 
 OPERATORS: dict[str, OperatorSpec] = {
     spec.name: spec
     for spec in (
-        OperatorSpec("gaussian", "mutation", mutations.gaussian, 0.1, True, "shapes; norm in expectation up to sqrt(1+s^2)"),
+        OperatorSpec("gaussian", "mutation", mutations.gaussian, 0.1, True, "shapes; expected norm up to sqrt(1+s^2)"),
         OperatorSpec("sv_perturb", "mutation", mutations.sv_perturb, 0.1, True, "A, singular subspaces, rank"),
         OperatorSpec("rotate", "mutation", mutations.rotate, 0.1, True, "singular values, norms of A, B and B A"),
         OperatorSpec("mask", "mutation", mutations.mask, 0.1, True, "A, kept SVD components"),

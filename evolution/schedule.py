@@ -90,13 +90,17 @@ class EvolutionConfig:
         if not self.temperature > 0:
             raise EvolutionError(f"evolution.temperature must be > 0, got {self.temperature}")
         if self.optimizer_state not in ("reset", "inherit"):
-            raise EvolutionError(f"evolution.optimizer_state must be 'reset' or 'inherit', got {self.optimizer_state!r}")
+            raise EvolutionError(
+                f"evolution.optimizer_state must be 'reset' or 'inherit', got {self.optimizer_state!r}"
+            )
         if not self.sigma_widen >= 1:
             raise EvolutionError(f"evolution.sigma_widen must be >= 1, got {self.sigma_widen}")
         for name in [*self.operator_mix, *self.strengths]:
             get_operator(name)
         if any(not w >= 0 for w in self.operator_mix.values()) or not sum(self.operator_mix.values()) > 0:
-            raise EvolutionError(f"evolution.operator_mix needs weights >= 0 with a positive sum, got {dict(self.operator_mix)}")
+            raise EvolutionError(
+                f"evolution.operator_mix needs weights >= 0 with a positive sum, got {dict(self.operator_mix)}"
+            )
 
     def strength(self, operator: str) -> float:
         """The configured strength of an operator, else its registered default."""
@@ -152,7 +156,9 @@ class Replacement:
         return self.parents[0] if self.optimizer_state == "inherit" else None
 
     def lineage(self) -> LineageRecord:
-        return LineageRecord(self.child, self.parents, self.operator, self.step, self.strength, self.seed, self.role, self.old)
+        return LineageRecord(
+            self.child, self.parents, self.operator, self.step, self.strength, self.seed, self.role, self.old
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready form (for metrics.jsonl's ``evolved`` list)."""

@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from evolution import EvolutionError, delta_distance, delta_norm, group_modules, load_lora, lora_modules, save_lora, ungroup_modules
+from evolution import (
+    EvolutionError,
+    delta_distance,
+    delta_norm,
+    group_modules,
+    load_lora,
+    lora_modules,
+    save_lora,
+    ungroup_modules,
+)
 
 
 def peft_state(adapter_suffix: str = "", dtype=torch.float32) -> dict[str, torch.Tensor]:

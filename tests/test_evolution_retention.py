@@ -24,14 +24,18 @@ from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, format_retention_t
 DIMS = (24, 32, 32, 16)  # in -> hidden -> hidden -> out
 RANK = 4
 NAMES = ("model.layers.0.mlp.up_proj", "model.layers.1.mlp.up_proj", "model.layers.2.mlp.down_proj")
+
+
 class ToyProblem:
+    """Frozen base, teacher = base + rank-4 deltas, LoRA students trained by Adam."""
+
     def __init__(self, seed: int = 0):
         g = torch.Generator().manual_seed(seed)
         self.base = [torch.randn(o, i, generator=g) / math.sqrt(i) for i, o in zip(DIMS[:-1], DIMS[1:])]
-        self.teacher = [
-            w + 0.8 * (torch.randn(w.shape[0], RANK, generator=g) @ torch.randn(RANK, w.shape[1], generator=g)) / math.sqrt(w.shape[1] * RANK)
-            for w in self.base
-        ]
+        self.teacher = []
+        for w in self.base:
+            low_rank = torch.randn(w.shape[0], RANK, generator=g) @ torch.randn(RANK, w.shape[1], generator=g)
+            self.teacher.append(w + 0.8 * low_rank / math.sqrt(w.shape[1] * RANK))
         self.eval_x = torch.randn(512, DIMS[0], generator=g)
         self.eval_y = self._forward(self.teacher, self.eval_x)
         self.base_mse = float((self._forward(self.base, self.eval_x) - self.eval_y).square().mean())
@@ -82,7 +86,7 @@ class ToyProblem:
 
         return update
 
-    def train(self, adapter: dict[str, torch.Tensor], steps: int, seed: int = 1, lr: float = 1e-2) -> dict[str, torch.Tensor]:
+    def train(self, adapter: dict[str, torch.Tensor], steps: int, seed: int = 1, lr: float = 1e-2) -> dict:
         update = self.trainer(lr=lr, seed=seed)
         for i in range(steps):
             adapter = update(adapter, i)
@@ -161,7 +165,8 @@ def test_a_mutation_uses_only_the_first_parent(toy, parents):
 
 @pytest.mark.slow
 def test_levels_are_measured_above_the_baseline(toy, parents):
-    result = measure_retention(parents, "sv_perturb", lambda a: toy.reward(a) + 1.0, lambda a, i: a, steps=0, baseline=1.0)
+    shifted = lambda a: toy.reward(a) + 1.0  # noqa: E731
+    result = measure_retention(parents, "sv_perturb", shifted, lambda a, i: a, steps=0, baseline=1.0)
     plain = measure_retention(parents, "sv_perturb", toy.reward, lambda a, i: a, steps=0)
     assert result.initial_level == pytest.approx(plain.initial_level)
     with pytest.raises(EvolutionError, match="not above the baseline"):
