@@ -103,3 +103,14 @@ def test_resuming_with_another_config_is_refused_and_changes_nothing(base, tmp_p
     assert main(args(base, out, 2, "--resume", "--set=lora.rank=4")) == 2
     assert "belongs to another config" in capsys.readouterr().err
     assert (out / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.parametrize("override, message", [
+    ("lora.rank=100000", "lora.rank=100000 is above the smallest dimension"),
+    ("lora.target_modules=[no_such_proj]", "matches target_modules ['no_such_proj']"),
+])
+def test_impossible_lora_is_refused_before_the_run_directory_is_touched(base, tmp_path, capsys, override, message):
+    out = tmp_path / "run"
+    assert main(args(base, out, 1, f"--set={override}")) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

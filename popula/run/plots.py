@@ -53,7 +53,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if len(runs) > 1:
+        if len(runs) > 1 and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         fig.tight_layout()
         target = out_dir / f"{key}.png"

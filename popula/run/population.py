@@ -34,6 +34,7 @@ from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
+from popula.run.workers import build_local
 
 
 @dataclass
@@ -57,18 +58,21 @@ class PopulationRun:
     def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False) -> None:
         from transformers import AutoTokenizer
 
-        from popula.adapters import AdapterStore
-        from popula.engines import create_engine
-        from popula.learner import PopulationLearner
+        from popula.adapters import AdapterStore, base_lora_shapes
         from popula.model.base import resolve_base_model
-        from popula.sandbox import Sandbox
         from popula.tasks.prompts import prompt_format, stop_token_ids
 
         self.cfg = cfg
         self.run_dir = run_dir
+        self.base_path = resolve_base_model(cfg.base_model)
+        # Checked before the run directory is touched: a refused config leaves nothing behind.
+        shapes = base_lora_shapes(self.base_path, cfg.lora.target_modules)
+        smallest = min(min(shape) for shape in shapes.values())
+        if cfg.lora.rank > smallest:
+            raise PopulaError(f"lora.rank={cfg.lora.rank} is above the smallest dimension ({smallest}) of the "
+                              f"target modules of {cfg.base_model}: a LoRA cannot have a higher rank than its layer")
         prepare_run_dir(run_dir, cfg, resume)
         _seed_everything(cfg.seed)
-        self.base_path = resolve_base_model(cfg.base_model)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
         self.store = AdapterStore(run_dir / "adapters", self.base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
                                   target_modules=cfg.lora.target_modules, seed=cfg.seed)
@@ -76,14 +80,9 @@ class PopulationRun:
         self.metrics = MetricsLog(run_dir)
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size)
         self.rng = np.random.default_rng(cfg.seed)
-        n_adapters = 1 if cfg.population.single_agent else cfg.population.teachers + cfg.population.students
-        self.learner = PopulationLearner(self.base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=n_adapters)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
-        # vLLM learns the target modules from each adapter's config; the torch engine wraps them up front.
-        options = {"target_modules": cfg.lora.target_modules} if cfg.engine == "torch" else {}
-        self.engine = create_engine(cfg.engine, self.base_path, max_adapters=n_adapters + 1,
-                                    max_rank=cfg.lora.rank, seed=cfg.seed, **options)
-        self.sandbox = Sandbox(workers=cfg.sandbox.workers)
+        self.workers = build_local(cfg, self.base_path)
+        self.engine, self.sandbox, self.learner = self.workers.engine, self.workers.sandbox, self.workers.learner
         g = cfg.generation
         self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,
                              stop_token_ids(self.tokenizer),
@@ -254,8 +253,7 @@ class PopulationRun:
 
     def close(self) -> None:
         self.metrics.close()
-        self.sandbox.close()
-        self.engine.close()
+        self.workers.close()
 
 
 def _seed_everything(seed: int) -> None:
