@@ -198,7 +198,7 @@ class PopulationLearner:
         measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
         optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
         """
-        rows = self._prepare(rollouts)
+        rows = self._prepare(rollouts, self.ema)
         stats = _Stats()
         if not rows.ids:
             return stats.report(rows, [], 0)
@@ -235,9 +235,10 @@ class PopulationLearner:
     def gradients(self, rollouts: Sequence[Rollout]) -> dict[str, dict[str, torch.Tensor]]:
         """The loss gradient of every adapter in `rollouts`, PEFT-keyed, without updating anything.
 
-        The same computation as the first epoch of `step`; for checks and diagnostics.
+        The same computation as the first epoch of `step`; for checks and diagnostics. The
+        teachers' running baselines are not advanced.
         """
-        rows = self._prepare(rollouts)
+        rows = self._prepare(rollouts, copy.deepcopy(self.ema))
         if not rows.ids:
             return {}
         batches = self._pack(rows)
@@ -259,12 +260,12 @@ class PopulationLearner:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _prepare(self, rollouts: Sequence[Rollout]) -> _Rows:
+    def _prepare(self, rollouts: Sequence[Rollout], ema: EmaBaseline) -> _Rows:
         for i, r in enumerate(rollouts):
             r.check(i)
             if r.adapter not in self._slot:
                 raise PopulaError(f"rollout {i}: adapter {r.adapter!r} is not in the learner (has {self.adapters})")
-        advantages = compute_advantages(rollouts, self.cfg, self.ema)
+        advantages = compute_advantages(rollouts, self.cfg, ema)
         rows = _Rows([], [], [], [], [], [], [], defaultdict(set))
         for r, adv in zip(rollouts, advantages):
             if not r.completion_ids:
@@ -378,7 +379,9 @@ class PopulationLearner:
 
     def _new_optimizer(self, name: str, state: Mapping[str, Any] | None) -> None:
         params = self.model.slot_parameters(self._slot[name])
-        optim = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        # foreach: one fused kernel per moment update instead of one op per tensor, so eight
+        # small optimisers cost about what one does.
+        optim = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, foreach=True)
         if state is not None:
             optim.load_state_dict(copy.deepcopy(dict(state)))
             for group in optim.param_groups:
