@@ -22,6 +22,7 @@ COMMANDS: list[str] = [
     "pretrain",
     "tasks",
     "eval",
+    "retention",
 ]
 
 
