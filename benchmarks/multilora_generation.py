@@ -10,7 +10,9 @@ with non-zero B; 64 prompts of 16-48 random tokens; 128 new tokens each, tempera
 seeded. The three cases run interleaved, `--repeats` rounds after a warm-up round, in one
 process, so a busy shared machine slows them alike. The figures are each case's best
 round (contention only ever slows a round, so the best is the steadiest estimate of what
-the code costs); the median is shown beside it.
+the code costs); the median is shown beside it. For the torch engine, which computes in
+this process, tokens per CPU-second of this process are reported too (`cpu_*` figures):
+on a shared machine they move much less than wall-clock figures, above all with --threads 1.
 
     python3 benchmarks/multilora_generation.py --engine torch|vllm [--repeats 3] [--prompts 64] [--tokens 128]
                                                [--threads T] [--max-batch-size B] [--device cpu|cuda]
@@ -101,27 +103,31 @@ def main() -> int:
             "8 adapters": [refs[i % N_ADAPTERS] for i in range(args.prompts)],
         }
         rates: dict[str, list[float]] = {c: [] for c in cases}
+        cpu_rates: dict[str, list[float]] = {c: [] for c in cases}
         tokens: dict[str, int] = {}
         for round_no in range(args.repeats + 1):  # round 0 warms up (and loads the adapters)
             for case, adapters in cases.items():
                 requests = [GenerationRequest(p, adapter=a, n=1, temperature=1.0, top_p=1.0, max_tokens=args.tokens,
                                               seed=i) for i, (p, a) in enumerate(zip(prompts, adapters))]
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 results = engine.generate(requests)
-                elapsed = time.perf_counter() - start
+                elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
                 tokens[case] = sum(len(s.token_ids) for r in results for s in r.samples)
                 if round_no:
                     rates[case].append(tokens[case] / elapsed)
+                    cpu_rates[case].append(tokens[case] / cpu)
         engine.close()
 
     med = {c: statistics.median(v) for c, v in rates.items()}
     best = {c: max(v) for c, v in rates.items()}
     print(f"engine={args.engine}  {args.prompts} prompts x {args.tokens} new tokens, rank {RANK}, "
           f"{args.repeats} interleaved rounds, {torch.get_num_threads()} torch threads")
-    print(f"{'case':<12}{'tokens':>8}{'best tok/s':>12}{'median':>10}{'worst':>10}{'cost vs base':>14}")
+    cpu = {c: max(v) for c, v in cpu_rates.items()}
+    print(f"{'case':<12}{'tokens':>8}{'best tok/s':>12}{'median':>10}{'worst':>10}{'cost vs base':>14}"
+          f"{'tok/cpu-s':>11}{'cpu cost':>10}")
     for case in cases:
         print(f"{case:<12}{tokens[case]:>8}{best[case]:>12.0f}{med[case]:>10.0f}{min(rates[case]):>10.0f}"
-              f"{best['base'] / best[case]:>13.2f}x")
+              f"{best['base'] / best[case]:>13.2f}x{cpu[case]:>11.0f}{cpu['base'] / cpu[case]:>9.2f}x")
     figures = {
         "engine": args.engine,
         "tok_per_s_1": round(best["1 adapter"], 1),
@@ -130,6 +136,8 @@ def main() -> int:
         "tok_per_s_base": round(best["base"], 1),
         "lora_cost_vs_base": round(best["base"] / best["8 adapters"], 3),
         "median_ratio_8_vs_1": round(med["8 adapters"] / med["1 adapter"], 3),
+        "cpu_ratio_8_vs_1": round(cpu["8 adapters"] / cpu["1 adapter"], 3) if args.engine == "torch" else None,
+        "cpu_lora_cost_vs_base": round(cpu["base"] / cpu["8 adapters"], 3) if args.engine == "torch" else None,
         "prompts": args.prompts, "new_tokens": args.tokens, "rank": RANK, "repeats": args.repeats,
         "threads": torch.get_num_threads(),
     }
