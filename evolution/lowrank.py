@@ -3,8 +3,8 @@
 The SVD of ``B A`` (B: out x k, A: k x in) is that of the k x k core ``Rb Ra^T``, where
 ``B = Qb Rb`` and ``A^T = Qa Ra`` are QR factorisations: ``B A = (Qb Uc) S (Vhc Qa^T)``.
 We take the R factors from the k x k Gram matrices (``Rb^T Rb = B^T B``: Cholesky-QR, with
-the square root from an eigendecomposition so that rank-deficient factors, such as PEFT's
-zero-initialised B, work) and never form Qb or Qa: each result is a small k x k transform
+an eigendecomposition instead where the Gram is singular, so that rank-deficient factors
+such as PEFT's zero-initialised B work) and never form Qb or Qa: each result is a small k x k transform
 of the factors (``U = B @ left``, ``Vh = right @ A``). The full-size work is one Gram per
 factor and one product per child factor, both BLAS-3; Householder QR of tall 8960 x 16
 factors measured several times slower on CPU.
@@ -47,9 +47,30 @@ def gram_root(g: torch.Tensor, floor: torch.Tensor | None = None) -> tuple[torch
     """(R, R+) with ``R^T R = G`` and R+ the pseudo-inverse of R, for PSD Grams (n, k, k).
 
     ``X R+`` is then an orthonormal basis of col(X), with exactly-zero columns for the
-    directions X does not span, without ever forming it. Eigenvalues up to ``floor``
-    (n,) count as zero; by default a tiny fraction of the largest one.
+    directions X does not span, without ever forming it. Any such R serves every caller
+    here (they use R and R+ together), so well-conditioned Grams take the Cholesky root
+    (``R = L^T``), 10-15x faster than an eigendecomposition on CPU; singular or nearly
+    singular ones (zero-initialised B, identical parents stacked) take the eigen root,
+    where eigenvalues up to ``floor`` (n,) count as zero (by default a tiny fraction of
+    the largest one).
     """
+    chol, info = torch.linalg.cholesky_ex(g)
+    eye = torch.eye(g.shape[-1], dtype=g.dtype, device=g.device).expand_as(g)
+    chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+    # cond(G) <= ||G||_F ||G^-1||_F = ||G||_F ||L^-1||_F^2: a cheap, safe bound.
+    cond = torch.linalg.matrix_norm(g) * chol_inv.square().sum(dim=(-2, -1))
+    good = (info == 0) & torch.isfinite(cond) & (cond < 1 / _NULL_TOL)
+    if floor is not None:
+        good &= torch.linalg.matrix_norm(g) / cond > floor  # ||G|| / cond bounds the smallest eigenvalue
+    root, root_pinv = chol.mT.clone(), chol_inv.mT.clone()
+    bad = (~good).nonzero().squeeze(-1)
+    if bad.numel():
+        root[bad], root_pinv[bad] = _eigen_root(g[bad], None if floor is None else floor[bad])
+    return root, root_pinv
+
+
+def _eigen_root(g: torch.Tensor, floor: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gram_root` through eigh: R = diag(sqrt(l)) E^T, R+ = E diag(1/sqrt(l)) on l > floor."""
     evals, evecs = torch.linalg.eigh(g)
     evals = evals.clamp_min(0)
     floor = evals.amax(dim=-1, keepdim=True) * _NULL_TOL if floor is None else floor.unsqueeze(-1)
