@@ -53,8 +53,14 @@ class ModuleSet:
     def __init__(self, parents: Sequence[Mapping[str, torch.Tensor]]):
         self.parents = list(parents)
         self.modules: list[LoraModule] = check_compatible(self.parents)
+        self._factors: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def factors(self, parent: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if parent not in self._factors:
+            self._factors[parent] = self._convert(parent)
+        return self._factors[parent]
+
+    def _convert(self, parent: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         state = self.parents[parent]
         first = self.parents[0]
         out = []
