@@ -5,7 +5,7 @@ delta, 1 gives parent 2's. None of them averages A and B factors: a factorisatio
 defined up to an r x r change of basis (``B A = (B M)(M^-1 A)``), so the mean of two
 unrelated adapters' factors is not the mean of their deltas. They either move whole
 modules (slot swap) or work on the deltas themselves through low-rank SVDs and
-re-factorise the result to rank r (``lowrank.refactor``: A gets orthogonal rows with the
+re-factorise the result to rank r (`_factorise`: A gets orthogonal rows with the
 parents' RMS row norm, B the rest).
 """
 
