@@ -31,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import os
+    import time
 
+    started = time.monotonic()  # the budget covers the imports below too
     # OpenMP threads that spin while waiting stall each other when the cores are shared
     # (measured 10x slower steps on a busy 2-core machine); passive waiting avoids that.
     # It only takes effect if torch is not imported yet, which is why it is set here.
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if out.exists() and not out.is_dir():
         raise PopulaError(f"--out {out}: exists and is not a directory")
-    summary = build_tiny(out, recipe)
+    summary = build_tiny(out, recipe, started=started)
     print(json.dumps({k: v for k, v in summary.items() if k != "recipe"}))
     print(f"popula pretrain: saved to {out}")
     return 0

@@ -44,7 +44,7 @@ class ExampleSampler:
     """Draws teacher and student examples from a pool, in one prompt format."""
 
     TEACHER_TYPES = ("code_o", "code_i", "code_f")
-    STUDENT_MIX = {"code_o": 0.45, "code_i": 0.25, "code_f": 0.30}
+    STUDENT_MIX = {"code_o": 0.5, "code_i": 0.2, "code_f": 0.3}
 
     def __init__(self, pool: list[TaskRecord], fmt: PromptFormat, rng: random.Random, max_references: int, teacher_share: float) -> None:
         if len(pool) < max_references + 1:
@@ -54,9 +54,9 @@ class ExampleSampler:
         self.rng = rng
         self.max_references = max_references
         self.teacher_share = teacher_share
-        # Proposals lean to shorter programs (weight 1/lines): a small model then proposes
+        # Examples lean to shorter programs (weight 1/lines): a small model then proposes
         # mostly programs it can write without a slip, and self-play pushes complexity up.
-        self.proposal_weights = [1.0 / (t.program.count("\n") + 1) for t in pool]
+        self.short_weights = [1.0 / (t.program.count("\n") + 1) for t in pool]
 
     def _view(self, task: TaskRecord, task_type: str) -> TaskRecord:
         return as_type(task, task_type, self.rng.randrange(len(task.inputs)))
@@ -64,11 +64,13 @@ class ExampleSampler:
     def teacher(self, task_type: str) -> Example:
         k = self.rng.randint(1, self.max_references)
         refs = [self._view(t, task_type) for t in self.rng.sample(self.pool, k)]
-        target = self._view(self.rng.choices(self.pool, self.proposal_weights)[0], task_type)
+        target = self._view(self.rng.choices(self.pool, self.short_weights)[0], task_type)
         return Example(f"teacher:{task_type}", self.fmt.teacher_prompt(task_type, refs), self.fmt.proposal_completion(target))
 
     def student(self, task_type: str) -> Example:
-        task = self._view(self.rng.choice(self.pool), task_type)
+        # Same lean to short programs: their answers are within a small model's reach, and
+        # a long program's exact output is not something it can learn in minutes.
+        task = self._view(self.rng.choices(self.pool, self.short_weights)[0], task_type)
         answer = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task_type]
         return Example(f"student:{task_type}", self.fmt.student_prompt(task), self.fmt.answer_completion(task, answer))
 

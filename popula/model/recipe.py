@@ -15,7 +15,7 @@ from pathlib import Path
 from popula.errors import PopulaError
 
 # Bump when the build code changes what a recipe means (training loop, corpus mix).
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,12 @@ class TinyRecipe:
     pool_tasks: int = 2000  # programs (each with 10 inputs) run through the sandbox
     difficulty: str = "mixed"
     max_references: int = 3  # teacher examples show 1..max_references (the compact format shows 3)
-    teacher_share: float = 0.4  # fraction of examples that are teacher proposals
+    teacher_share: float = 0.35  # fraction of examples that are teacher proposals
     # training
     seq_len: int = 384
     batch_rows: int = 6
     lr: float = 3e-3
-    prompt_weight: float = 0.3  # loss weight of prompt tokens (completion tokens weigh 1)
+    prompt_weight: float = 0.2  # loss weight of prompt tokens (completion tokens weigh 1)
 
     def __post_init__(self) -> None:
         if self.minutes <= 0:
