@@ -67,7 +67,11 @@ class ModuleSet:
         for m in self.modules:
             a, b = first[m.a_key], first[m.b_key]
             work = compute_dtype(a.dtype)
-            out.append((state[m.a_key].to(dtype=work, device=a.device), state[m.b_key].to(dtype=work, device=b.device)))
+            # detach: parents may be live trainable parameters; children carry no graph.
+            out.append((
+                state[m.a_key].detach().to(dtype=work, device=a.device),
+                state[m.b_key].detach().to(dtype=work, device=b.device),
+            ))
         return out
 
     def rank_groups(self) -> list[list[int]]:
@@ -85,7 +89,7 @@ class ModuleSet:
         out: StateDict = {}
         for key, value in first.items():
             if key not in lora:
-                out[key] = value.clone()
+                out[key] = value.detach().clone()
                 continue
             i, which = lora[key]
             tensor = new[i][which]

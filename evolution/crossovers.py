@@ -43,11 +43,11 @@ def slot_swap(
     share = _share(strength)
     modules = check_compatible([first, second])
     coins = torch.rand(len(modules), generator=as_generator(seed)) < share
-    child: StateDict = {key: value.clone() for key, value in first.items()}
+    child: StateDict = {key: value.detach().clone() for key, value in first.items()}
     for module, from_second in zip(modules, coins.tolist()):
         if from_second:
             for key in (module.a_key, module.b_key):
-                child[key] = second[key].to(dtype=first[key].dtype, device=first[key].device).clone()
+                child[key] = second[key].detach().to(dtype=first[key].dtype, device=first[key].device).clone()
     return child
 
 

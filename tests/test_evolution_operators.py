@@ -255,6 +255,14 @@ def test_ranks_beyond_a_small_modules_dimensions_still_work(name):
             torch.testing.assert_close(child[key].norm(), first[key].norm(), rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("name", list(OPERATORS))
+def test_live_trainable_parents_give_a_child_without_autograd_history(name):
+    first = {k: v.requires_grad_(True) for k, v in adapter(1).items()}
+    second = {k: v.requires_grad_(True) for k, v in adapter(2).items()}
+    child = get_operator(name).apply(parents_for(name, first, second), 0.3, 0)
+    assert all(not v.requires_grad and v.grad_fn is None for v in child.values())
+
+
 def test_modules_of_other_shapes_and_extra_keys_pass_through():
     first = adapter(1) | {"base_model.model.lm_head.modules_to_save.default.weight": torch.ones(3)}
     child = sv_perturb(first, 0.2, seed=0)
