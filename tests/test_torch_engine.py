@@ -198,3 +198,11 @@ def test_bad_requests_are_refused_naming_the_request(engine):
         engine.generate([GenerationRequest([1] * 100, max_tokens=50)])
     with pytest.raises(PopulaError, match="unknown engine 'tensorflow'"):
         create_engine("tensorflow", "x", max_adapters=1, max_rank=1)
+
+
+def test_progress_bar_reports_samples_without_changing_them(engine, capsys):
+    reqs = [GenerationRequest(PROMPTS[3], n=3, max_tokens=4, seed=11)]
+    quiet = engine.generate(reqs)
+    shown = engine.generate(reqs, progress=True)
+    assert shown[0].samples == quiet[0].samples
+    assert "3/3" in capsys.readouterr().err
