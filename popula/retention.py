@@ -75,6 +75,7 @@ class RetentionReport:
     parents: list[str]
     parent_rewards: dict[str, float]
     base_reward: float  # the bare base (no adapter) on the same tasks, for scale
+    parent_delta_norms: dict[str, float]  # ||scale * B A|| over all modules: 0 = the parent is the bare base
     tasks: int
     train_tasks: int
     samples: int
@@ -99,7 +100,8 @@ class RetentionReport:
             row["in_default_mix"] = r.operator in self.default_mix
             operators.append(row)
         return {"run_dir": self.run_dir, "base_model": self.base_model, "role": self.role, "parents": self.parents,
-                "parent_rewards": self.parent_rewards, "base_reward": self.base_reward, "tasks": self.tasks,
+                "parent_rewards": self.parent_rewards, "base_reward": self.base_reward,
+                "parent_delta_norms": self.parent_delta_norms, "tasks": self.tasks,
                 "train_tasks": self.train_tasks, "samples": self.samples, "rollouts": self.rollouts,
                 "temperature": self.temperature, "seed": self.seed, "steps": self.steps,
                 "operators": operators, "wall_s": self.wall_s}
@@ -109,7 +111,8 @@ def format_report(report: RetentionReport) -> str:
     """The human table: setup line, the evolution package's table, then rewards by step."""
     from evolution import format_retention_table
 
-    parents = ", ".join(f"{n} {r:.3f}" for n, r in report.parent_rewards.items())
+    parents = ", ".join(f"{n} {r:.3f} (|delta W| {report.parent_delta_norms[n]:.3g})"
+                        for n, r in report.parent_rewards.items())
     lines = [
         f"retention of {report.run_dir}: {report.role} parents {parents} (bare base {report.base_reward:.3f}); "
         f"reward = mean student reward on {report.tasks} held-out tasks x {report.samples} samples at "
@@ -127,21 +130,21 @@ def format_report(report: RetentionReport) -> str:
 def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = RetentionSettings(), *,
                 progress: bool = False) -> RetentionReport:
     """Measure every chosen operator on the run's best students; see the module docstring."""
-    from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, measure_retention
+    from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, delta_norm, measure_retention
 
     from popula.config import load_config
     from popula.model.base import resolve_base_model
 
     start = time.perf_counter()
+    operators = list(settings.operators) if settings.operators else list(OPERATORS)
+    unknown = [op for op in operators if op not in OPERATORS]
+    if unknown:
+        raise PopulaError(f"--operator {', '.join(unknown)}: unknown operator; known: {', '.join(OPERATORS)}")
     run = Path(run_dir)
     if not run.is_dir():
         raise PopulaError(f"{run}: no such run directory")
     if not (run / "config.yaml").is_file():
         raise PopulaError(f"{run}: not a run directory (no config.yaml)")
-    operators = list(settings.operators) if settings.operators else list(OPERATORS)
-    unknown = [op for op in operators if op not in OPERATORS]
-    if unknown:
-        raise PopulaError(f"--operator {', '.join(unknown)}: unknown operator; known: {', '.join(OPERATORS)}")
     cfg = load_config(run / "config.yaml")
     needed = max(OPERATORS[op].n_parents for op in operators)
     parents = _parents(run, needed)
@@ -149,6 +152,7 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
     samples = settings.samples or cfg.generation.rollouts
     report = RetentionReport(run_dir=str(run), base_model=str(cfg.base_model), role=ROLE,
                              parents=[name for name, _ in parents], parent_rewards={}, base_reward=0.0,
+                             parent_delta_norms={},
                              tasks=settings.tasks, train_tasks=settings.train_tasks, samples=samples,
                              rollouts=cfg.generation.rollouts, temperature=cfg.generation.temperature,
                              seed=settings.seed, steps=settings.steps,
@@ -156,6 +160,8 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
     with ExitStack() as stack:
         bench = _Bench(cfg, base_path, settings, samples, stack)
         states = [bench.read_run_adapter(run, name, adapter) for name, adapter in parents]
+        for (name, _), state in zip(parents, states):
+            report.parent_delta_norms[name] = delta_norm(state, cfg.lora.alpha / cfg.lora.rank)
         total = 1 + len(states) + len(operators) * (1 + 2 * settings.steps)
         bar = _progress(total, progress)
         stack.callback(bar.close)
@@ -188,8 +194,9 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
                                            strength=cfg.evolution.strengths.get(op), seed=settings.seed,
                                            threshold=settings.threshold)
             except EvolutionError as err:
-                raise PopulaError(f"{run}: {err} (the parents {', '.join(report.parents)} earn no positive "
-                                  f"student reward on the retention tasks; train the run longer)") from None
+                hint = (f" (parents {', '.join(report.parents)} on the retention tasks: train the run longer, or "
+                        "measure with more --tasks)") if "baseline" in str(err) else ""
+                raise PopulaError(f"{run}: operator {op}: {err}{hint}") from None
             finally:
                 bench.forget(op)
             report.results.append(result)

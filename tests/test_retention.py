@@ -156,6 +156,8 @@ def test_json_is_one_object_with_the_setup_and_one_entry_per_operator(measured, 
 def test_the_memorising_parents_earn_a_positive_reward(measured):
     assert min(measured["parent_rewards"].values()) > 0.5
     assert -0.5 <= measured["base_reward"] <= 1.0
+    assert set(measured["parent_delta_norms"]) == {"S1", "S0"}
+    assert all(norm > 0 for norm in measured["parent_delta_norms"].values())  # not the bare base
 
 
 def test_a_zero_strength_mutation_keeps_its_parents_reward_exactly(measured):
