@@ -17,6 +17,11 @@ adapters:
   tasks every step, fresh seeded samples each step. The child starts with a fresh AdamW
   (the run's default `evolution.optimizer_state: reset`).
 
+Levels (child / parents, "95% of the parent level") are measured above a baseline,
+`--baseline`: zero by default (the plain ratio the issue asks for). The student reward
+can be negative (-0.5 per malformed answer), and the ratio is then meaningless, so
+`floor` measures above -0.5 and `base` above the bare base's reward.
+
 The run's adapters are read without opening an AdapterStore on the run directory (that
 prunes versions of a live run); children and copies live in a private temporary store.
 """
@@ -29,7 +34,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 
@@ -39,6 +44,13 @@ ROLE = "student"
 EVAL_NAMESPACE = "retention"
 TRAIN_NAMESPACE = "retention-train"
 MIN_ANSWER_TOKENS = 8  # a training prompt leaving less room than this in the context is dropped
+
+Baseline = Literal["zero", "floor", "base"]
+BASELINES: dict[str, str] = {
+    "zero": "level = child / parents (the plain ratio; needs parents above 0)",
+    "floor": "level above -0.5, the reward of a malformed answer (defined whenever parents answer anything)",
+    "base": "level above the bare base's reward: the share of the parents' gain over the base that is kept",
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,7 @@ class RetentionSettings:
     samples: int | None = None  # answers per scored task; None: the run's generation.rollouts
     seed: int = 0
     threshold: float = 0.95
+    baseline: Baseline = "zero"  # what a level is measured above (see BASELINES)
 
     def __post_init__(self) -> None:
         for name in ("tasks", "train_tasks"):
@@ -61,6 +74,8 @@ class RetentionSettings:
             raise PopulaError(f"--steps must be >= 0, got {self.steps}")
         if self.samples is not None and self.samples < 1:
             raise PopulaError(f"--samples must be at least 1, got {self.samples}")
+        if self.baseline not in BASELINES:
+            raise PopulaError(f"--baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
         if not 0 < self.threshold <= 1:
             raise PopulaError(f"threshold must be in (0, 1], got {self.threshold}")
 
@@ -75,6 +90,7 @@ class RetentionReport:
     parents: list[str]
     parent_rewards: dict[str, float]
     base_reward: float  # the bare base (no adapter) on the same tasks, for scale
+    baseline: str  # a key of BASELINES; each result carries its value
     parent_delta_norms: dict[str, float]  # ||scale * B A|| over all modules: 0 = the parent is the bare base
     tasks: int
     train_tasks: int
@@ -101,7 +117,7 @@ class RetentionReport:
             operators.append(row)
         return {"run_dir": self.run_dir, "base_model": self.base_model, "role": self.role, "parents": self.parents,
                 "parent_rewards": self.parent_rewards, "base_reward": self.base_reward,
-                "parent_delta_norms": self.parent_delta_norms, "tasks": self.tasks,
+                "parent_delta_norms": self.parent_delta_norms, "baseline": self.baseline, "tasks": self.tasks,
                 "train_tasks": self.train_tasks, "samples": self.samples, "rollouts": self.rollouts,
                 "temperature": self.temperature, "seed": self.seed, "steps": self.steps,
                 "operators": operators, "wall_s": self.wall_s}
@@ -117,7 +133,8 @@ def format_report(report: RetentionReport) -> str:
         f"retention of {report.run_dir}: {report.role} parents {parents} (bare base {report.base_reward:.3f}); "
         f"reward = mean student reward on {report.tasks} held-out tasks x {report.samples} samples at "
         f"temperature {report.temperature:g}; update = one learner step on {report.train_tasks} tasks x "
-        f"{report.rollouts} rollouts; seed {report.seed}",
+        f"{report.rollouts} rollouts; seed {report.seed}; levels above the {report.baseline} baseline "
+        f"({BASELINES[report.baseline]})",
         format_retention_table(report.results),
         "",
         "reward after each update step (0 = at creation):",
@@ -134,6 +151,7 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
 
     from popula.config import load_config
     from popula.model.base import resolve_base_model
+    from popula.rewards import MALFORMED_ANSWER_REWARD
 
     start = time.perf_counter()
     operators = list(settings.operators) if settings.operators else list(OPERATORS)
@@ -151,7 +169,7 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
     base_path = resolve_base_model(cfg.base_model)
     samples = settings.samples or cfg.generation.rollouts
     report = RetentionReport(run_dir=str(run), base_model=str(cfg.base_model), role=ROLE,
-                             parents=[name for name, _ in parents], parent_rewards={}, base_reward=0.0,
+                             parents=[name for name, _ in parents], parent_rewards={}, base_reward=0.0, baseline=settings.baseline,
                              parent_delta_norms={},
                              tasks=settings.tasks, train_tasks=settings.train_tasks, samples=samples,
                              rollouts=cfg.generation.rollouts, temperature=cfg.generation.temperature,
@@ -168,6 +186,7 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
         bar.set_description("retention: bare base")
         report.base_reward = bench.reward(None)
         bar.update()
+        baseline = {"zero": 0.0, "floor": MALFORMED_ANSWER_REWARD, "base": report.base_reward}[settings.baseline]
         cached: dict[int, float] = {}
         for (name, _), state in zip(parents, states):
             bar.set_description(f"retention: parent {name}")
@@ -192,10 +211,10 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
             try:
                 result = measure_retention(states, spec, evaluate, update, settings.steps,
                                            strength=cfg.evolution.strengths.get(op), seed=settings.seed,
-                                           threshold=settings.threshold)
+                                           baseline=baseline, threshold=settings.threshold)
             except EvolutionError as err:
-                hint = (f" (parents {', '.join(report.parents)} on the retention tasks: train the run longer, or "
-                        "measure with more --tasks)") if "baseline" in str(err) else ""
+                hint = (f" (parents {', '.join(report.parents)} on the retention tasks; train the run longer, "
+                        "or choose another --baseline)") if "baseline" in str(err) else ""
                 raise PopulaError(f"{run}: operator {op}: {err}{hint}") from None
             finally:
                 bench.forget(op)

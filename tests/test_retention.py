@@ -185,6 +185,15 @@ def test_the_table_lists_every_operator_with_its_recovery(run_dir, capsys):
     assert "gaussian" in table and "100.0%" in table  # a zero-strength child is 100% of its parent
 
 
+def test_levels_can_be_measured_above_the_malformed_answer_floor(run_dir, capsys):
+    assert popula.cli.main(["retention", str(run_dir), "--operator", "gaussian", "--steps", "0", "--tasks", "2",
+                            "--samples", "1", "--baseline", "floor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (gaussian,) = report["operators"]
+    assert report["baseline"] == "floor" and gaussian["baseline"] == -0.5
+    assert gaussian["levels"] == [1.0]  # the zero-strength child is its parent, whatever the baseline
+
+
 def test_an_unknown_operator_is_refused_with_the_known_ones(run_dir, capsys):
     assert popula.cli.main(["retention", str(run_dir), "--operator", "shuffle"]) == 2
     err = capsys.readouterr().err

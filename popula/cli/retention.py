@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="answers per scored task (default: the run's generation.rollouts)")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="seed of the task sets, the children and every sample (default: 0)")
+    parser.add_argument("--baseline", choices=("zero", "floor", "base"), default="zero",
+                        help="what levels are measured above: zero (child/parents, default), floor (-0.5, a "
+                             "malformed answer's reward), base (the bare base's reward)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(func=run)
 
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = RetentionSettings(operators=tuple(args.operators) if args.operators else None, steps=args.steps,
                                  tasks=args.tasks, train_tasks=args.train_tasks, samples=args.samples,
-                                 seed=args.seed)
+                                 seed=args.seed, baseline=args.baseline)
     report = measure_run(args.run_dir, settings, progress=True)
     print(json.dumps(report.to_json()) if args.json else format_report(report))
     return 0
