@@ -72,8 +72,8 @@ def same_base(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return base_identity(a) == base_identity(b) or Path(str(a)).name == Path(str(b)).name
 
 
-def base_lora_shapes(base_path: str | os.PathLike, target_modules: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """Module path -> (in, out) of every LoRA target of the base, read from its config (no weights)."""
+def meta_model(base_path: str | os.PathLike) -> torch.nn.Module:
+    """The base's module tree on the meta device: its layer shapes from config.json, no weights read."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
@@ -81,8 +81,13 @@ def base_lora_shapes(base_path: str | os.PathLike, target_modules: Sequence[str]
     except (OSError, ValueError) as e:
         raise PopulaError(f"base model {base_path}: cannot read its config.json ({e})") from e
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return {p: (m.in_features, m.out_features) for p, m in find_target_linears(model, target_modules).items()}
+        return AutoModelForCausalLM.from_config(config)
+
+
+def base_lora_shapes(base_path: str | os.PathLike, target_modules: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Module path -> (in, out) of every LoRA target of the base, read from its config (no weights)."""
+    linears = find_target_linears(meta_model(base_path), target_modules)
+    return {p: (m.in_features, m.out_features) for p, m in linears.items()}
 
 
 def write_adapter(directory: Path, state_dict: Mapping[str, torch.Tensor], *, base_path: str | os.PathLike,

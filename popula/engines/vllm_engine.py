@@ -71,19 +71,12 @@ class BaseLoRALayout:
     @classmethod
     def of(cls, base_path: str | os.PathLike) -> "BaseLoRALayout":
         """Read from the base's config alone (a meta-device model: no weights are loaded)."""
-        import torch
         from torch import nn
-        from transformers import AutoConfig, AutoModelForCausalLM
 
-        from popula.adapters import base_lora_shapes
+        from popula.adapters import base_lora_shapes, meta_model
         from popula.lora.model import FORBIDDEN_TARGETS
 
-        try:
-            config = AutoConfig.from_pretrained(str(base_path))
-        except (OSError, ValueError) as e:
-            raise PopulaError(f"base model {base_path}: cannot read its config.json ({e})") from e
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+        model = meta_model(base_path)
         names = {path.rsplit(".", 1)[-1] for path, mod in model.named_modules() if isinstance(mod, nn.Linear)}
         targets = tuple(sorted(names - set(FORBIDDEN_TARGETS)))
         return cls(shapes=base_lora_shapes(base_path, targets), target_modules=targets)
