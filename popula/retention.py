@@ -177,6 +177,7 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
                              kinds={op: OPERATORS[op].kind for op in operators}, default_mix=sorted(DEFAULT_MIX))
     with ExitStack() as stack:
         bench = _Bench(cfg, base_path, settings, samples, stack)
+        report.train_tasks = len(bench.train_tasks)  # fewer than asked when a prompt does not fit the context
         states = [bench.read_run_adapter(run, name, adapter) for name, adapter in parents]
         for (name, _), state in zip(parents, states):
             report.parent_delta_norms[name] = delta_norm(state, cfg.lora.alpha / cfg.lora.rank)
@@ -254,7 +255,7 @@ class _Bench:
 
         from popula.adapters import AdapterStore
         from popula.engines import create_engine
-        from popula.evaluate import context_limit, encode_prompt, prepare_tasks
+        from popula.evaluate import context_limit, encode_prompt
         from popula.learner import PopulationLearner
         from popula.sandbox import Sandbox
         from popula.tasks.generator import generate_tasks
@@ -274,18 +275,18 @@ class _Bench:
                                   target_modules=lora.target_modules, seed=cfg.seed)
         self.sandbox = stack.enter_context(Sandbox(workers=cfg.sandbox.workers))
         types = list(cfg.tasks.types)
-        drafts = generate_tasks(settings.tasks, seed=settings.seed, types=types, namespace=EVAL_NAMESPACE, verify=False)
-        self.eval_tasks, _ = prepare_tasks(drafts, self.sandbox)
-        drafts = generate_tasks(settings.train_tasks, seed=settings.seed, types=types, namespace=TRAIN_NAMESPACE,
-                                verify=False)
-        ready, _ = prepare_tasks(drafts, self.sandbox)
+        workers = cfg.sandbox.workers
+        self.eval_tasks = generate_tasks(settings.tasks, seed=settings.seed, types=types, namespace=EVAL_NAMESPACE,
+                                         workers=workers)
+        ready = generate_tasks(settings.train_tasks, seed=settings.seed, types=types, namespace=TRAIN_NAMESPACE,
+                               workers=workers)
         # Prompts that leave no room for an answer in the context are not trained on (as eval skips them).
         prompts = [encode_prompt(self.tokenizer, self.fmt.student_prompt(t)) for t in ready]
         fits = [self.context is None or self.context - len(ids) >= MIN_ANSWER_TOKENS for ids in prompts]
         self.train_tasks = [t for t, ok in zip(ready, fits) if ok]
         self.train_prompts = [ids for ids, ok in zip(prompts, fits) if ok]
-        if not self.eval_tasks or not self.train_tasks:
-            raise PopulaError("the generated retention tasks were all invalid; raise --tasks / --train-tasks")
+        if not self.train_tasks:
+            raise PopulaError(f"no training task fits the model's {self.context} positions; raise --train-tasks")
         options: dict[str, Any] = {"target_modules": lora.target_modules} if cfg.engine == "torch" else {}
         if cfg.engine == "vllm" and self.context:
             options["max_model_len"] = self.context
