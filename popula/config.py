@@ -137,6 +137,28 @@ class RunConfig(_Section):
     checkpoint_every: int = Field(5, ge=1)
 
 
+class RaySection(_Section):
+    """Where the workers run when the run is spread over a Ray cluster (popula.run.ray_workers)."""
+
+    enabled: bool = Field(False, description="run engines, sandboxes and learner as Ray actors")
+    address: str | None = Field(
+        None, description="None: start a local Ray (or join $RAY_ADDRESS); 'auto': the cluster `ray start` made "
+                          "on this node; 'ray://host:10001': a remote cluster via Ray Client"
+    )
+    engines: int = Field(1, ge=1, description="generation engine actors; a call's requests are split among them")
+    engine_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves per engine actor")
+    engine_gpus: float = Field(0.0, ge=0, description="GPUs per engine actor (> 0: the torch engine runs on cuda)")
+    learner_cpus: float = Field(1.0, ge=0)
+    learner_gpus: float = Field(0.0, ge=0, description="GPUs for the learner actor (> 0: it trains on cuda)")
+    sandbox_actors: int = Field(1, ge=1, description="sandbox actors, each with sandbox.workers jail processes")
+    sandbox_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves per sandbox actor")
+    torch_threads: int | None = Field(None, ge=1, description="torch threads in engine/learner actors; None: the node's cores")
+    max_restarts: int = Field(3, ge=-1, description="restarts of a dead engine or sandbox actor (-1: unlimited)")
+    ship_base: bool = Field(True, description="send a local base-model directory through the object store")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray this run starts (None: all)")
+    object_store_mb: int | None = Field(None, ge=64, description="object store of a local Ray this run starts")
+
+
 class Config(_Section):
     """A whole run. Sections not given take their defaults."""
 
@@ -152,6 +174,7 @@ class Config(_Section):
     evolution: EvolutionSection = EvolutionSection()
     learner: LearnerConfig = LearnerConfig()
     run: RunConfig = RunConfig()
+    ray: RaySection = RaySection()
 
     @model_validator(mode="after")
     def _evolution_leaves_parents(self) -> "Config":

@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, metavar="N", help="total steps (overrides run.steps)")
     parser.add_argument("--seed", type=int, metavar="S", help="seed (overrides seed)")
     parser.add_argument("--resume", action="store_true", help="continue RUN_DIR from its newest checkpoint")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run engines, sandboxes and learner as Ray actors; ADDRESS: 'auto', 'ray://host:10001' "
+                             "(none: the config's ray.address, else a local Ray)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="override any config field, e.g. --set population.teachers=2 (repeatable)")
     parser.set_defaults(func=run)
@@ -39,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"run.steps={args.steps}")
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
+    if args.ray is not None:
+        overrides.append("ray.enabled=true")
+        if args.ray:
+            overrides.append(f"ray.address={args.ray}")
     cfg = load_config(args.config, overrides)
     run_dir = args.out or Path("runs") / args.config.stem
     PopulationRun(cfg, run_dir, resume=args.resume).train()

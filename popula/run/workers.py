@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from popula.config import Config
 
@@ -20,14 +20,30 @@ class Workers:
     engine: Any  # popula.engines.base.Engine
     sandbox: Any  # popula.sandbox.Sandbox
     learner: Any  # popula.learner.PopulationLearner
+    release: Callable[[], None] | None = None  # frees what the learner holds beyond this process (Ray actor)
 
     def close(self) -> None:
         self.sandbox.close()
         self.engine.close()
+        if self.release is not None:
+            self.release()
 
 
 def n_adapters(cfg: Config) -> int:
     return 1 if cfg.population.single_agent else cfg.population.teachers + cfg.population.students
+
+
+def build_workers(cfg: Config, base_path: str | Path) -> Workers:
+    """The run's workers where the config puts them: Ray actors when `ray.enabled`, else this process."""
+    return build_ray(cfg, base_path) if cfg.ray.enabled else build_local(cfg, base_path)
+
+
+def build_ray(cfg: Config, base_path: str | Path) -> Workers:
+    """Engines, sandboxes and learner as Ray actors (popula.run.ray_workers), behind proxies."""
+    from popula.run.ray_workers import build_ray as start_actors
+
+    engine, sandbox, learner = start_actors(cfg, base_path, n_adapters(cfg))
+    return Workers(engine=engine, sandbox=sandbox, learner=learner, release=learner.close)
 
 
 def build_local(cfg: Config, base_path: str | Path) -> Workers:

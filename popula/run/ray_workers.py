@@ -1,0 +1,407 @@
+"""The run's workers as Ray actors, behind driver-side proxies with the local objects' methods.
+
+`PopulationRun` cannot tell these proxies from the local engine, sandbox and learner: the
+step loop is one code path. What changes is where the work happens:
+
+- Engine actors (`ray.engines` of them, `engine_gpus`/`engine_cpus` each) generate. A call's
+  requests are split into contiguous chunks, one per engine actor.
+- Sandbox actors (`ray.sandbox_actors`, `sandbox_cpus` each) each own a `Sandbox` with its own
+  forked jail processes; records are split into contiguous chunks, verdicts come back in order.
+- One learner actor (`learner_gpus`/`learner_cpus`) holds every adapter's weights and AdamW state.
+
+No shared file system is assumed. Adapter versions live on the driver's disk (AdapterStore);
+the engine proxy ships each version's files (adapter_config.json + adapter_model.safetensors)
+into the object store once per uid, and every generate call carries the ObjectRefs of the
+versions it uses. An engine actor materialises a uid it has not seen into its own temp
+directory and rewrites the request's path; since uids are unique per version, a new version is
+always a new directory and an engine can never serve a stale one. A local base-model directory
+is shipped the same way once (`ray.ship_base`).
+
+Faults: engine and sandbox actors are created with `max_restarts` and `max_task_retries`, so
+when one dies Ray restarts it (re-running its constructor) and re-submits the call in flight.
+A restarted engine has no adapters on disk; because every call carries the refs of the
+versions it needs, it fetches them again by itself, so re-shipping needs no incarnation
+bookkeeping. Generation is seeded per request and verification is a pure function of the
+record, so a redone call returns what the first attempt would have.
+The learner actor is NOT restarted: its optimiser moments live only in it, and a fresh one
+would silently train from step-0 weights. Its death raises a PopulaError telling the user to
+`popula run ... --resume` from the last checkpoint (which holds the whole learner state).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from popula.config import Config
+from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
+from popula.errors import PopulaError
+from popula.tasks.records import TaskRecord, VerifyResult
+
+BASE_SHIP_LIMIT = 4 << 30  # a base directory above this is not pushed through the object store
+
+
+# -- files through the object store ----------------------------------------------------------------
+
+def directory_bundle(path: Path) -> dict[str, bytes]:
+    """Every file under `path` by relative POSIX path: what an actor needs to rebuild the directory."""
+    files = {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    if not files:
+        raise PopulaError(f"{path}: no files to ship to the Ray actors")
+    return files
+
+
+def materialise(bundle: Mapping[str, bytes], directory: Path) -> Path:
+    """Write a bundle under `directory` (atomically: a partly written one is never used)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=directory.parent))
+    for rel, data in bundle.items():
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(tmp, directory)
+    return directory
+
+
+def _base_for_actor(base: str | list[Any], workdir: Path) -> str:
+    """An actor's base path: a shipped (name, bundle) materialised locally, or a path/id as given.
+
+    The copy keeps the base directory's name: adapters name their base, and a moved base is
+    recognised by that name (popula.adapters.same_base)."""
+    import ray
+
+    if isinstance(base, list):
+        name, bundle = ray.get(base[0])
+        return str(materialise(bundle, workdir / name))
+    return base
+
+
+def _set_threads(threads: int | None) -> None:
+    """Ray caps OMP threads to an actor's CPU request (1 for fractional ones); the work is
+    sequential per step, so the actor takes the node's cores as a local run does."""
+    import torch
+
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+
+
+# -- actors ------------------------------------------------------------------------------------------
+
+class EngineActor:
+    """One generation engine plus the adapter versions it has materialised (uid -> directory)."""
+
+    def __init__(self, kind: str, base: Any, options: dict[str, Any], threads: int | None) -> None:
+        from popula.engines import create_engine
+
+        _set_threads(threads)
+        self.workdir = Path(tempfile.mkdtemp(prefix="popula-engine-"))
+        self.engine = create_engine(kind, _base_for_actor(base, self.workdir), **options)
+        self.paths: dict[int, Path] = {}
+        self.fetched = 0
+
+    def generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
+                 progress: bool) -> list[list[Sample]]:
+        """Samples per request; `adapters[uid] = [ObjectRef]` (in a list: Ray must not resolve it here)."""
+        import ray
+
+        for uid in {r.adapter.uid for r in requests if r.adapter is not None} - set(self.paths):
+            if uid not in adapters:
+                raise PopulaError(f"engine actor: no files were shipped for adapter uid {uid}")
+            self.paths[uid] = materialise(ray.get(adapters[uid][0]), self.workdir / "adapters" / str(uid))
+            self.fetched += 1
+        for uid in set(self.paths) - set(adapters):  # versions the driver no longer serves
+            shutil.rmtree(self.paths.pop(uid), ignore_errors=True)
+        local = [replace(r, adapter=replace(r.adapter, path=self.paths[r.adapter.uid])) if r.adapter else r
+                 for r in requests]
+        return [result.samples for result in self.engine.generate(local, progress=progress)]
+
+    def info(self) -> dict[str, Any]:
+        """Who answers (a restarted actor is a new process) and how many adapter versions it fetched."""
+        return {"pid": os.getpid(), "fetched": self.fetched}
+
+    def close(self) -> None:
+        self.engine.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class SandboxActor:
+    """One `Sandbox` (with its own forked jail workers) on whichever node Ray places it."""
+
+    def __init__(self, workers: int) -> None:
+        from popula.sandbox import Sandbox
+
+        self.sandbox = Sandbox(workers=workers)
+
+    def verify(self, records: list[TaskRecord]) -> list[VerifyResult]:
+        return self.sandbox.verify(records)
+
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+    def close(self) -> None:
+        self.sandbox.close()
+
+
+class LearnerActor:
+    """The population learner; `call` forwards a method so the proxy mirrors its API exactly."""
+
+    def __init__(self, base: Any, lora: Any, cfg: Any, seed: int, max_adapters: int, device: str,
+                 threads: int | None) -> None:
+        from popula.learner import PopulationLearner
+
+        _set_threads(threads)
+        self.workdir = Path(tempfile.mkdtemp(prefix="popula-learner-"))
+        self.learner = PopulationLearner(_base_for_actor(base, self.workdir), lora, cfg, seed=seed,
+                                         max_adapters=max_adapters, device=device)
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.learner, method)(*args)
+
+    def adapters(self) -> list[str]:
+        return self.learner.adapters
+
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+
+# -- driver-side proxies --------------------------------------------------------------------------------
+
+@dataclass
+class CallTimes:
+    """Where the Ray path's time goes, per proxy: shipping (ray.put), round trips (submit to result)."""
+
+    ship_s: float = 0.0
+    shipped_bytes: int = 0
+    calls: int = 0
+    call_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"ship_s": self.ship_s, "shipped_bytes": self.shipped_bytes, "calls": self.calls, "call_s": self.call_s}
+
+
+def _chunks(n: int, parts: int) -> list[range]:
+    """`parts` contiguous index ranges covering range(n), sizes differing by at most one."""
+    parts = max(1, min(parts, n))
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+@dataclass
+class RayEngine:
+    """`Engine` over engine actors; ships each adapter version once (see the module docstring)."""
+
+    actors: list[Any]
+    base_ref: Any = None  # what the actors' constructors fetch the base from; held so restarts find it
+    times: CallTimes = field(default_factory=CallTimes)
+    _shipped: dict[int, Any] = field(default_factory=dict)  # uid -> ObjectRef of its files
+
+    def generate(self, requests: Sequence[GenerationRequest], *, progress: bool = False) -> list[GenerationResult]:
+        import ray
+
+        if not requests:
+            return []
+        used = {r.adapter.uid: r.adapter for r in requests if r.adapter is not None}
+        for uid, ref in used.items():
+            if uid not in self._shipped:
+                start = time.perf_counter()
+                bundle = directory_bundle(Path(ref.path))
+                self._shipped[uid] = ray.put(bundle)
+                self.times.ship_s += time.perf_counter() - start
+                self.times.shipped_bytes += sum(len(b) for b in bundle.values())
+        # Only this call's versions stay referenced: older ones leave the object store and the actors' disks.
+        self._shipped = {uid: obj for uid, obj in self._shipped.items() if uid in used}
+        live = {uid: [obj] for uid, obj in self._shipped.items()}
+        start = time.perf_counter()
+        parts = _chunks(len(requests), len(self.actors))
+        futures = [actor.generate.remote([requests[i] for i in part], live, progress)
+                   for actor, part in zip(self.actors, parts)]
+        samples = [s for chunk in _get(futures, "engine") for s in chunk]
+        self.times.calls += 1
+        self.times.call_s += time.perf_counter() - start
+        return [GenerationResult(req, list(s)) for req, s in zip(requests, samples)]
+
+    def info(self) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get([a.info.remote() for a in self.actors])
+
+    def close(self) -> None:
+        _close(self.actors)
+        self._shipped.clear()
+        self.base_ref = None
+
+
+@dataclass
+class RaySandbox:
+    """`Sandbox.verify` over sandbox actors: contiguous chunks, verdicts in record order."""
+
+    actors: list[Any]
+    times: CallTimes = field(default_factory=CallTimes)
+
+    def verify(self, records: Sequence[TaskRecord],
+               progress: Callable[[int], None] | None = None) -> list[VerifyResult]:
+        if not records:
+            return []
+        start = time.perf_counter()
+        parts = _chunks(len(records), len(self.actors))
+        futures = [actor.verify.remote([records[i] for i in part]) for actor, part in zip(self.actors, parts)]
+        verdicts = [v for chunk in _get(futures, "sandbox") for v in chunk]
+        if progress is not None:
+            progress(len(verdicts))
+        self.times.calls += 1
+        self.times.call_s += time.perf_counter() - start
+        return verdicts
+
+    def info(self) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get([a.info.remote() for a in self.actors])
+
+    def close(self) -> None:
+        _close(self.actors)
+
+
+@dataclass
+class RayLearner:
+    """`PopulationLearner`'s methods over the learner actor."""
+
+    actor: Any
+    times: CallTimes = field(default_factory=CallTimes)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        start = time.perf_counter()
+        try:
+            if method == "adapters":
+                return ray.get(self.actor.adapters.remote())
+            return ray.get(self.actor.call.remote(method, *args))
+        except ray.exceptions.RayActorError as err:
+            raise PopulaError(
+                f"the learner actor died during {method}() ({err.__class__.__name__}). Its adapters' optimiser "
+                "state lived only in it, so it is not restarted: continue with `popula run CONFIG --out RUN_DIR "
+                "--resume`, which restores the whole learner from the last checkpoint") from err
+        finally:
+            self.times.calls += 1
+            self.times.call_s += time.perf_counter() - start
+
+    @property
+    def adapters(self) -> list[str]:
+        return self._call("adapters")
+
+    def add_adapter(self, name: str, state_dict: Mapping[str, Any] | None = None,
+                    optimizer_state: Mapping[str, Any] | None = None) -> None:
+        self._call("add_adapter", name, state_dict, optimizer_state)
+
+    def remove_adapter(self, name: str) -> None:
+        self._call("remove_adapter", name)
+
+    def adapter_state(self, name: str) -> dict[str, Any]:
+        return self._call("adapter_state", name)
+
+    def optimizer_state(self, name: str) -> dict[str, Any]:
+        return self._call("optimizer_state", name)
+
+    def step(self, rollouts: Sequence[Any]) -> dict[str, Any]:
+        return self._call("step", list(rollouts))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._call("state_dict")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._call("load_state_dict", state)
+
+    def close(self) -> None:
+        import ray
+
+        ray.kill(self.actor)
+
+
+def _get(futures: list[Any], what: str) -> list[Any]:
+    """Results of calls Ray already retried on restarted actors; still failing means out of restarts."""
+    import ray
+
+    try:
+        return ray.get(futures)
+    except ray.exceptions.RayActorError as err:
+        raise PopulaError(f"a {what} actor died and could not be restarted (ray.max_restarts used up, or its "
+                          f"node is gone): {err}") from err
+
+
+def _close(actors: list[Any]) -> None:
+    import ray
+
+    try:
+        ray.get([a.close.remote() for a in actors])
+    finally:
+        for a in actors:
+            ray.kill(a)
+
+
+# -- building ------------------------------------------------------------------------------------------------
+
+def connect(cfg: Config) -> None:
+    """Join the configured cluster, or start a local one; a driver already connected is left as it is."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    r = cfg.ray
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+    if r.address is None and "RAY_ADDRESS" not in os.environ:
+        # A local cluster this run starts (and owns): sized by the config, not by Ray's guesses.
+        if r.num_cpus is not None:
+            kwargs["num_cpus"] = r.num_cpus
+        if r.object_store_mb is not None:
+            kwargs["object_store_memory"] = r.object_store_mb << 20
+    try:
+        ray.init(address=r.address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise PopulaError(f"ray.address={r.address!r}: cannot connect to a Ray cluster ({err}); start one with "
+                          "`ray start --head` or leave ray.address empty to start a local one") from err
+
+
+def build_ray(cfg: Config, base_path: str | Path, n_adapters: int) -> tuple[RayEngine, RaySandbox, RayLearner]:
+    """Start the actors with the config's resources; returns proxies for engine, sandbox, learner."""
+    import ray
+
+    connect(cfg)
+    r = cfg.ray
+    base: Any = str(base_path)
+    if r.ship_base and Path(base_path).is_dir():
+        size = sum(p.stat().st_size for p in Path(base_path).rglob("*") if p.is_file())
+        if size > BASE_SHIP_LIMIT:
+            raise PopulaError(f"ray.ship_base: {base_path} is {size >> 20} MiB, above {BASE_SHIP_LIMIT >> 20} MiB; "
+                              "set ray.ship_base=false and give every node the base at the same path (or a hub id)")
+        # In a list, so Ray hands the actors the ref (they fetch it) rather than resolving it into an argument.
+        base = [ray.put((Path(base_path).name, directory_bundle(Path(base_path))))]
+    restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts}
+
+    options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed}
+    if cfg.engine == "torch":
+        options["target_modules"] = cfg.lora.target_modules
+        if r.engine_gpus > 0:
+            options["device"] = "cuda"
+    engine_cls = ray.remote(EngineActor).options(num_cpus=r.engine_cpus, num_gpus=r.engine_gpus, **restart)
+    engines = [engine_cls.remote(cfg.engine, base, options, r.torch_threads) for _ in range(r.engines)]
+
+    sandbox_cls = ray.remote(SandboxActor).options(num_cpus=r.sandbox_cpus, **restart)
+    sandboxes = [sandbox_cls.remote(cfg.sandbox.workers) for _ in range(r.sandbox_actors)]
+
+    learner_cls = ray.remote(LearnerActor).options(num_cpus=r.learner_cpus, num_gpus=r.learner_gpus,
+                                                    max_restarts=0)
+    learner = learner_cls.remote(base, cfg.lora, cfg.learner, cfg.seed, n_adapters,
+                                 "cuda" if r.learner_gpus > 0 else "cpu", r.torch_threads)
+    # The engine proxy keeps the base's ref alive: a restarted engine fetches it again.
+    proxies = RayEngine(engines, base_ref=base), RaySandbox(sandboxes), RayLearner(learner)
+    # Construction errors (a bad base, no GPU) surface here, at start, not in the first step.
+    for proxy in proxies[:2]:
+        proxy.info()
+    ray.get(learner.info.remote())
+    return proxies
