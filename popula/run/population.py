@@ -34,7 +34,7 @@ from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
-from popula.run.workers import build_local
+from popula.run.workers import build_workers
 
 
 @dataclass
@@ -81,7 +81,7 @@ class PopulationRun:
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size)
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
-        self.workers = build_local(cfg, self.base_path)
+        self.workers = build_workers(cfg, self.base_path)
         self.engine, self.sandbox, self.learner = self.workers.engine, self.workers.sandbox, self.workers.learner
         g = cfg.generation
         self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,
