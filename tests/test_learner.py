@@ -94,16 +94,17 @@ def peft_alone_gradient(base: torch.nn.Module, adapter: dict[str, torch.Tensor],
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cfg", [
-    LearnerConfig(max_tokens_per_microbatch=40),
-    LearnerConfig(max_tokens_per_microbatch=10_000, advantage="dr_grpo", clip_eps=0.1, clip_eps_high=0.3),
-    LearnerConfig(max_tokens_per_microbatch=64, kl_coef=0.5),
-], ids=["small-microbatches", "one-microbatch-dr-grpo-clip-higher", "with-kl"])
-def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(cfg):
+@pytest.mark.parametrize("cfg, kernel", [
+    (LearnerConfig(max_tokens_per_microbatch=40), "gather"),
+    (LearnerConfig(max_tokens_per_microbatch=40), "grouped"),
+    (LearnerConfig(max_tokens_per_microbatch=10_000, advantage="dr_grpo", clip_eps=0.1, clip_eps_high=0.3), None),
+    (LearnerConfig(max_tokens_per_microbatch=64, kl_coef=0.5), None),
+], ids=["small-microbatches-gather", "small-microbatches-grouped", "one-microbatch-dr-grpo-clip-higher", "with-kl"])
+def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(cfg, kernel):
     base = tiny_llama()
     names = ["T0", "S0", "S1"]
     adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(names)}
-    learner = PopulationLearner(copy.deepcopy(base), LORA, cfg, max_adapters=4)
+    learner = PopulationLearner(copy.deepcopy(base), LORA, cfg, max_adapters=4, kernel=kernel)
     for n in names:
         learner.add_adapter(n, adapters[n])
     rollouts = random_rollouts(names, 15, seed=3)

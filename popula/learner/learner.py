@@ -81,11 +81,17 @@ class PopulationLearner:
 
     `base` is a Hugging Face model directory (or id), or an already built causal LM module
     (which the learner then owns: its target linears are wrapped in place).
+
+    `kernel` is the LoRA layers' (popula.lora): None picks "gather" on CPU and "auto"
+    (grouped matmul where it works) elsewhere. Measured on 2 CPU cores, 4M-param Llama, 48
+    rows: gather trains in about half the CPU time of grouped (4.2 vs 8.3 s per step), and
+    8 adapters cost it about what 1 does; grouped's advantage (each adapter's weights read
+    once, no per-row copies kept for backward) is a GPU and large-model one.
     """
 
     def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig = LearnerConfig(),
                  *, seed: int = 0, max_adapters: int = 16, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, kernel: str | None = None) -> None:
         if max_adapters < 1:
             raise PopulaError(f"max_adapters must be >= 1, got {max_adapters}")
         self.cfg = cfg
@@ -102,8 +108,10 @@ class PopulationLearner:
             except (OSError, ValueError) as e:
                 raise PopulaError(f"base model {base}: cannot load it for training ({e})") from e
         # eval(): no dropout, so the trainer computes exactly the sampler's function.
+        if kernel is None:
+            kernel = "gather" if self.device.type == "cpu" else "auto"
         self.model = MultiLoRAModel(model.to(self.device).eval(), lora.target_modules, rank=lora.rank,
-                                    alpha=lora.alpha, n_slots=max_adapters)
+                                    alpha=lora.alpha, n_slots=max_adapters, kernel=kernel)
         for slot in range(max_adapters):
             for p in self.model.slot_parameters(slot):
                 p.requires_grad_(False)
