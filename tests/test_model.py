@@ -192,7 +192,7 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
     from popula.tasks.records import read_records
 
     out = tmp_path / "tiny"
-    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--minutes", "0.25"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--minutes", "0.4"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").is_file() and f"saved to {out}" in done.stdout
     assert "pretrain" in done.stderr  # the progress bar

@@ -81,7 +81,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     model = LlamaForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     batches = PackedBatches(sampler.sample, tokenizer, recipe.seq_len, recipe.batch_rows, recipe.prompt_weight)
-    seconds_left = budget - (time.monotonic() - start) - 10  # keep some seconds for saving and exit
+    seconds_left = budget - (time.monotonic() - start) - min(10.0, 0.05 * budget)  # saving and exit
     if seconds_left <= 0:
         raise PopulaError(f"--minutes {recipe.minutes} leaves no time to train after building the corpus; give more minutes")
     if progress:
