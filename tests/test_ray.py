@@ -1,0 +1,198 @@
+"""`popula run --ray` on a local Ray cluster: same results as one process, faults redone.
+
+One small local cluster (2 CPUs, 200 MB object store, fractional CPU requests so every actor
+fits) serves the whole module; the base is the quickly built tiny model of test_run_e2e.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from popula.adapters import AdapterStore  # noqa: E402
+from popula.cli import main  # noqa: E402
+from popula.config import LoraConfig, load_config  # noqa: E402
+from popula.engines.base import GenerationRequest  # noqa: E402
+from popula.engines.torch_engine import TorchEngine  # noqa: E402
+from popula.errors import PopulaError  # noqa: E402
+from popula.model.base import resolve_base_model  # noqa: E402
+from popula.model.recipe import TinyRecipe  # noqa: E402
+from popula.run.metrics import read_metrics  # noqa: E402
+from popula.run.ray_workers import (EngineActor, LearnerActor, RayEngine, RayLearner, RaySandbox,  # noqa: E402
+                                    SandboxActor, directory_bundle, materialise)
+from popula.sandbox import Sandbox  # noqa: E402
+from popula.tasks.records import TaskRecord  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QUICK = TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2)
+SMALL = ["population.teachers=2", "population.students=2", "tasks.proposals_per_type=1",
+         "tasks.seed_tasks=6", "generation.rollouts=2", "generation.teacher_max_tokens=24",
+         "generation.student_max_tokens=12", "evolution.every=2", "run.checkpoint_every=1"]
+# Every actor asks for half a CPU: engine, learner and sandbox fit on a 2-CPU cluster with room
+# for a restarted actor to come back while its old reservation is released.
+FITS = ["ray.engine_cpus=0.5", "ray.learner_cpus=0.5", "ray.sandbox_cpus=0.5", "ray.max_restarts=2"]
+TIMING = {"wall_s", "phases", "verify_per_s"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, object_store_memory=200 << 20, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("popula-cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("POPULA_CACHE", str(root))
+    path = resolve_base_model("tiny", recipe=QUICK, progress=False)
+    mp.undo()
+    return Path(path)
+
+
+def run_args(base: Path, out: Path, *extra: str) -> list[str]:
+    sets = [f"--set={s}" for s in [f"base_model={base}", *SMALL, *extra]]
+    return ["run", "configs/tiny-cpu.yaml", "--out", str(out), "--steps", "2", "--seed", "3", *sets]
+
+
+def kill_soon(actor, delay: float) -> dict[str, float]:
+    """Kill `actor` (letting Ray restart it) from a thread after `delay` s; returns when it fired."""
+    fired: dict[str, float] = {}
+
+    def kill() -> None:
+        time.sleep(delay)
+        fired["at"] = time.perf_counter()
+        ray.kill(actor, no_restart=False)
+
+    threading.Thread(target=kill, daemon=True).start()
+    return fired
+
+
+def test_a_run_on_ray_writes_the_same_metrics_as_the_single_process_run(base, cluster, tmp_path):
+    assert main(run_args(base, tmp_path / "local")) == 0
+    assert main(run_args(base, tmp_path / "ray", *FITS) + ["--ray"]) == 0
+    local = read_metrics(tmp_path / "local" / "metrics.jsonl")
+    remote = read_metrics(tmp_path / "ray" / "metrics.jsonl")
+    assert [r["step"] for r in remote] == [1, 2]
+    for a, b in zip(local, remote):
+        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+    # the evolution step replaced members identically, and the league is the same
+    assert remote[1]["evolved"] and remote[1]["evolved"] == local[1]["evolved"]
+    league = [json.loads((tmp_path / d / "league.json").read_text())["members"] for d in ("local", "ray")]
+    assert league[0] == league[1]
+    assert load_config(tmp_path / "ray" / "config.yaml").ray.enabled
+
+
+def test_adapter_files_are_materialised_under_the_same_names():
+    bundle = {"adapter_config.json": b"{}", "sub/adapter_model.safetensors": b"\x00\x01"}
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        out = materialise(bundle, Path(d) / "a" / "7")
+        assert directory_bundle(out) == bundle
+        assert materialise({"x": b"new"}, out) == out and directory_bundle(out) == {"x": b"new"}
+
+
+def requests_for(store: AdapterStore, tokenizer, versions) -> list[GenerationRequest]:
+    prompts = ["def f(x):\n    return", "# code_o\ndef f(a, b):", "print(f(", "def g(s):\n    s ="]
+    return [GenerationRequest(prompt_ids=tokenizer.encode(p), adapter=ref, n=2, temperature=1.0, max_tokens=40,
+                              seed=100 + i)
+            for i, (p, ref) in enumerate((p, v) for v in versions for p in prompts)]
+
+
+def test_an_engine_killed_mid_generate_is_restarted_refetches_adapters_and_returns_the_same_samples(
+        base, cluster, tmp_path):
+    lora = LoraConfig()
+    store = AdapterStore(tmp_path / "adapters", base, rank=lora.rank, alpha=lora.alpha,
+                         target_modules=lora.target_modules, seed=0)
+    v0 = [store.create(n) for n in ("T0", "S0")]
+    options = {"max_adapters": 3, "max_rank": lora.rank, "seed": 0, "target_modules": lora.target_modules}
+    local = TorchEngine(base, **options)
+    actor = ray.remote(EngineActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2).remote(
+        "torch", str(base), options, None)
+    engine = RayEngine([actor])
+    try:
+        reqs = requests_for(store, local.tokenizer, v0)
+        want = [[(s.token_ids, s.logprobs) for s in r.samples] for r in local.generate(reqs)]
+        first = engine.info()[0]
+
+        fired = kill_soon(actor, 1.0)
+        got = engine.generate(reqs)
+        returned = time.perf_counter()
+        assert "at" in fired and fired["at"] < returned, "the kill must land while generate runs"
+        assert [[(s.token_ids, s.logprobs) for s in r.samples] for r in got] == want
+        after = engine.info()[0]
+        assert after["pid"] != first["pid"]  # a new process answered ...
+        assert after["fetched"] == 2  # ... and fetched both adapter versions itself
+
+        # A new version is a new uid: shipped once, never confused with the old one.
+        trained = {k: v * 1.5 for k, v in store.load(v0[0]).state_dict.items()}
+        v1 = store.save("T0", trained)
+        reqs = requests_for(store, local.tokenizer, [v1])
+        assert [[s.token_ids for s in r.samples] for r in engine.generate(reqs)] == \
+            [[s.token_ids for s in r.samples] for r in local.generate(reqs)]
+        assert engine.times.shipped_bytes > 0 and set(engine._shipped) == {v1.uid}
+    finally:
+        engine.close()
+        local.close()
+
+
+def slow_tasks(n: int) -> list[TaskRecord]:
+    program = "def f(n):\n    s = 0\n    for i in range(n):\n        s += i * i % 7\n    return s\n"
+    tasks = [TaskRecord(id=f"t{i}", type="code_o", program=program, inputs=[str(150_000 + i)]) for i in range(n)]
+    tasks.append(TaskRecord(id="bad", type="code_o", program="def f(x):\n    return x +", inputs=["1"]))
+    tasks.append(TaskRecord(id="ans", type="code_o", program=program, inputs=["3"], outputs=["3"], answer="3"))
+    return tasks
+
+
+def test_a_sandbox_killed_mid_verify_is_restarted_and_its_verdicts_are_unchanged(cluster):
+    records = slow_tasks(24)
+    with Sandbox(workers=2) as local:
+        want = local.verify(records)
+    actors = [ray.remote(SandboxActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2).remote(2)
+              for _ in range(2)]
+    sandbox = RaySandbox(actors)
+    try:
+        first = sandbox.info()
+        fired = kill_soon(actors[1], 0.5)
+        seen: list[int] = []
+        got = sandbox.verify(records, progress=seen.append)
+        assert "at" in fired
+        assert got == want and seen == [len(records)]
+        assert [v.valid for v in got[-2:]] == [False, True] and got[-1].correct is True
+        assert sandbox.info()[1]["pid"] != first[1]["pid"]
+    finally:
+        sandbox.close()
+
+
+def test_a_dead_learner_actor_is_not_restarted_and_the_error_says_resume(base, cluster):
+    cfg = load_config(None)
+    actor = ray.remote(LearnerActor).options(num_cpus=0.5, max_restarts=0).remote(
+        str(base), cfg.lora, cfg.learner, 0, 2, "cpu", None)
+    learner = RayLearner(actor)
+    learner.add_adapter("T0")
+    assert learner.adapters == ["T0"]
+    assert set(learner.adapter_state("T0")) == set(learner.state_dict()["adapters"]["T0"]["weights"])
+    ray.kill(actor)
+    with pytest.raises(PopulaError, match="--resume"):
+        learner.adapter_state("T0")
+
+
+def test_the_ray_flag_sets_the_config():
+    from popula.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["run", "c.yaml", "--ray", "ray://head:10001"])
+    assert args.ray == "ray://head:10001"
+    assert parser.parse_args(["run", "c.yaml", "--ray"]).ray == ""
+    assert parser.parse_args(["run", "c.yaml"]).ray is None
+    with pytest.raises(PopulaError, match="ray.engines"):
+        load_config(None, ["ray.engines=0"])
