@@ -30,14 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
     import time
 
     started = time.monotonic()  # the budget covers the imports below too
-    # OpenMP threads that spin while waiting stall each other when the cores are shared
-    # (measured 10x slower steps on a busy 2-core machine); passive waiting avoids that.
-    # It only takes effect if torch is not imported yet, which is why it is set here.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from dataclasses import replace
     from pathlib import Path
 
