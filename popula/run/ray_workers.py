@@ -106,8 +106,9 @@ class EngineActor:
         self.fetched = 0
 
     def generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
-                 progress: bool) -> list[list[Sample]]:
-        """Samples per request; `adapters[uid] = [ObjectRef]` (in a list: Ray must not resolve it here)."""
+                 progress: bool) -> tuple[list[list[Sample]], float]:
+        """Samples per request and the seconds spent generating; `adapters[uid] = [ObjectRef]` (in a list:
+        Ray must not resolve it into an argument, so only the versions this actor lacks are fetched)."""
         import ray
 
         for uid in {r.adapter.uid for r in requests if r.adapter is not None} - set(self.paths):
@@ -119,7 +120,9 @@ class EngineActor:
             shutil.rmtree(self.paths.pop(uid), ignore_errors=True)
         local = [replace(r, adapter=replace(r.adapter, path=self.paths[r.adapter.uid])) if r.adapter else r
                  for r in requests]
-        return [result.samples for result in self.engine.generate(local, progress=progress)]
+        start = time.perf_counter()  # fetching adapters above counts as Ray's share, not the engine's
+        samples = [result.samples for result in self.engine.generate(local, progress=progress)]
+        return samples, time.perf_counter() - start
 
     def info(self) -> dict[str, Any]:
         """Who answers (a restarted actor is a new process) and how many adapter versions it fetched."""
@@ -138,8 +141,10 @@ class SandboxActor:
 
         self.sandbox = Sandbox(workers=workers)
 
-    def verify(self, records: list[TaskRecord]) -> list[VerifyResult]:
-        return self.sandbox.verify(records)
+    def verify(self, records: list[TaskRecord]) -> tuple[list[VerifyResult], float]:
+        start = time.perf_counter()
+        verdicts = self.sandbox.verify(records)
+        return verdicts, time.perf_counter() - start
 
     def info(self) -> dict[str, Any]:
         return {"pid": os.getpid()}
@@ -160,8 +165,10 @@ class LearnerActor:
         self.learner = PopulationLearner(_base_for_actor(base, self.workdir), lora, cfg, seed=seed,
                                          max_adapters=max_adapters, device=device)
 
-    def call(self, method: str, *args: Any) -> Any:
-        return getattr(self.learner, method)(*args)
+    def call(self, method: str, *args: Any) -> tuple[Any, float]:
+        start = time.perf_counter()
+        result = getattr(self.learner, method)(*args)
+        return result, time.perf_counter() - start
 
     def adapters(self) -> list[str]:
         return self.learner.adapters
@@ -174,15 +181,32 @@ class LearnerActor:
 
 @dataclass
 class CallTimes:
-    """Where the Ray path's time goes, per proxy: shipping (ray.put), round trips (submit to result)."""
+    """Where the Ray path's time goes, per proxy.
+
+    `call_s` runs from submitting a call to holding its result; `busy_s` is the part the actors
+    spent working (the slowest actor of a split call), so `call_s - busy_s` is Ray's share:
+    pickling arguments and results, object-store transfers, scheduling. `ship_s` is the
+    driver's time reading and `ray.put`-ing adapter files.
+    """
 
     ship_s: float = 0.0
     shipped_bytes: int = 0
     calls: int = 0
     call_s: float = 0.0
+    busy_s: float = 0.0
+
+    def add(self, call_s: float, busy_s: float) -> None:
+        self.calls += 1
+        self.call_s += call_s
+        self.busy_s += busy_s
+
+    @property
+    def overhead_s(self) -> float:
+        return self.call_s - self.busy_s
 
     def as_dict(self) -> dict[str, float]:
-        return {"ship_s": self.ship_s, "shipped_bytes": self.shipped_bytes, "calls": self.calls, "call_s": self.call_s}
+        return {"calls": self.calls, "call_s": self.call_s, "busy_s": self.busy_s, "overhead_s": self.overhead_s,
+                "ship_s": self.ship_s, "shipped_bytes": self.shipped_bytes}
 
 
 def _chunks(n: int, parts: int) -> list[range]:
@@ -221,9 +245,9 @@ class RayEngine:
         parts = _chunks(len(requests), len(self.actors))
         futures = [actor.generate.remote([requests[i] for i in part], live, progress)
                    for actor, part in zip(self.actors, parts)]
-        samples = [s for chunk in _get(futures, "engine") for s in chunk]
-        self.times.calls += 1
-        self.times.call_s += time.perf_counter() - start
+        answers = _get(futures, "engine")
+        self.times.add(time.perf_counter() - start, max(busy for _, busy in answers))
+        samples = [s for chunk, _ in answers for s in chunk]
         return [GenerationResult(req, list(s)) for req, s in zip(requests, samples)]
 
     def info(self) -> list[dict[str, Any]]:
@@ -251,11 +275,11 @@ class RaySandbox:
         start = time.perf_counter()
         parts = _chunks(len(records), len(self.actors))
         futures = [actor.verify.remote([records[i] for i in part]) for actor, part in zip(self.actors, parts)]
-        verdicts = [v for chunk in _get(futures, "sandbox") for v in chunk]
+        answers = _get(futures, "sandbox")
+        self.times.add(time.perf_counter() - start, max(busy for _, busy in answers))
+        verdicts = [v for chunk, _ in answers for v in chunk]
         if progress is not None:
             progress(len(verdicts))
-        self.times.calls += 1
-        self.times.call_s += time.perf_counter() - start
         return verdicts
 
     def info(self) -> list[dict[str, Any]]:
@@ -280,16 +304,16 @@ class RayLearner:
         start = time.perf_counter()
         try:
             if method == "adapters":
-                return ray.get(self.actor.adapters.remote())
-            return ray.get(self.actor.call.remote(method, *args))
+                result, busy = ray.get(self.actor.adapters.remote()), 0.0
+            else:
+                result, busy = ray.get(self.actor.call.remote(method, *args))
+            self.times.add(time.perf_counter() - start, busy)
+            return result
         except ray.exceptions.RayActorError as err:
             raise PopulaError(
                 f"the learner actor died during {method}() ({err.__class__.__name__}). Its adapters' optimiser "
                 "state lived only in it, so it is not restarted: continue with `popula run CONFIG --out RUN_DIR "
                 "--resume`, which restores the whole learner from the last checkpoint") from err
-        finally:
-            self.times.calls += 1
-            self.times.call_s += time.perf_counter() - start
 
     @property
     def adapters(self) -> list[str]:
