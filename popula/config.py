@@ -153,6 +153,9 @@ class RaySection(_Section):
     sandbox_actors: int = Field(1, ge=1, description="sandbox actors, each with sandbox.workers jail processes")
     sandbox_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves per sandbox actor")
     torch_threads: int | None = Field(None, ge=1, description="torch threads in engine/learner actors; None: the node's cores")
+    strategy: Literal["DEFAULT", "SPREAD"] = Field(
+        "DEFAULT", description="Ray scheduling of engine and sandbox actors: DEFAULT packs, SPREAD spreads over nodes"
+    )
     max_restarts: int = Field(3, ge=-1, description="restarts of a dead engine or sandbox actor (-1: unlimited)")
     ship_base: bool = Field(True, description="send a local base-model directory through the object store")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray this run starts (None: all)")

@@ -405,7 +405,7 @@ def build_ray(cfg: Config, base_path: str | Path, n_adapters: int) -> tuple[RayE
                               "set ray.ship_base=false and give every node the base at the same path (or a hub id)")
         # In a list, so Ray hands the actors the ref (they fetch it) rather than resolving it into an argument.
         base = [ray.put((Path(base_path).name, directory_bundle(Path(base_path))))]
-    restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts}
+    restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts, "scheduling_strategy": r.strategy}
 
     options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed}
     if cfg.engine == "torch":
