@@ -130,11 +130,11 @@ def format_report(report: RetentionReport) -> str:
     parents = ", ".join(f"{n} {r:.3f} (|delta W| {report.parent_delta_norms[n]:.3g})"
                         for n, r in report.parent_rewards.items())
     lines = [
-        f"retention of {report.run_dir}: {report.role} parents {parents} (bare base {report.base_reward:.3f}); "
-        f"reward = mean student reward on {report.tasks} held-out tasks x {report.samples} samples at "
-        f"temperature {report.temperature:g}; update = one learner step on {report.train_tasks} tasks x "
-        f"{report.rollouts} rollouts; seed {report.seed}; levels above the {report.baseline} baseline "
-        f"({BASELINES[report.baseline]})",
+        f"retention of {report.run_dir}: {report.role} parents {parents}; bare base {report.base_reward:.3f}",
+        f"reward: mean student reward on {report.tasks} held-out tasks x {report.samples} samples, temperature "
+        f"{report.temperature:g}; update: one learner step on {report.train_tasks} tasks x {report.rollouts} "
+        f"rollouts; seed {report.seed}",
+        f"levels: {report.baseline} baseline, {BASELINES[report.baseline]}",
         format_retention_table(report.results),
         "",
         "reward after each update step (0 = at creation):",
