@@ -76,19 +76,55 @@ def kill_soon(actor, delay: float) -> dict[str, float]:
     return fired
 
 
-def test_a_run_on_ray_writes_the_same_metrics_as_the_single_process_run(base, cluster, tmp_path):
-    assert main(run_args(base, tmp_path / "local")) == 0
+@pytest.fixture(scope="module")
+def local_run(base, tmp_path_factory) -> Path:
+    """The reference: the same 2-step run in one process."""
+    out = tmp_path_factory.mktemp("local") / "run"
+    assert main(run_args(base, out)) == 0
+    return out
+
+
+def without_timing(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+
+def test_a_run_on_ray_writes_the_same_metrics_as_the_single_process_run(base, cluster, local_run, tmp_path):
     assert main(run_args(base, tmp_path / "ray", *FITS) + ["--ray"]) == 0
-    local = read_metrics(tmp_path / "local" / "metrics.jsonl")
+    local = read_metrics(local_run / "metrics.jsonl")
     remote = read_metrics(tmp_path / "ray" / "metrics.jsonl")
     assert [r["step"] for r in remote] == [1, 2]
-    for a, b in zip(local, remote):
-        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+    assert without_timing(remote) == without_timing(local)
     # the evolution step replaced members identically, and the league is the same
     assert remote[1]["evolved"] and remote[1]["evolved"] == local[1]["evolved"]
-    league = [json.loads((tmp_path / d / "league.json").read_text())["members"] for d in ("local", "ray")]
+    league = [json.loads((d / "league.json").read_text())["members"] for d in (local_run, tmp_path / "ray")]
     assert league[0] == league[1]
     assert load_config(tmp_path / "ray" / "config.yaml").ray.enabled
+
+
+def test_a_learner_killed_mid_run_stops_it_and_resume_finishes_it_as_if_nothing_happened(
+        base, cluster, local_run, tmp_path):
+    from popula.run.population import PopulationRun
+
+    out = tmp_path / "ray"
+    assert main(run_args(base, out, *FITS) + ["--ray", "--steps", "1"]) == 0
+    cfg = load_config(out / "config.yaml", ["run.steps=2"])
+    run = PopulationRun(cfg, out, resume=True)
+    fired = kill_soon(run.learner.actor, 1.0)  # during step 2's generation, before its update
+    try:
+        with pytest.raises(PopulaError, match="--resume"):
+            run.train()
+        assert "at" in fired
+    finally:
+        run.workers.engine.close()
+        run.workers.sandbox.close()
+    assert main(run_args(base, out, *FITS) + ["--ray", "--resume"]) == 0
+    # Every resume re-saves the checkpoint's weights as new adapter versions (two resumes here),
+    # so only the version numbers the learner reports differ; everything else is as uninterrupted.
+    got, want = (without_timing(read_metrics(d / "metrics.jsonl")) for d in (out, local_run))
+    for rows in (got, want):
+        for adapter in rows[1]["learner"]["adapters"].values():
+            adapter.pop("versions")
+    assert got == want
 
 
 def test_adapter_files_are_materialised_under_the_same_names():
