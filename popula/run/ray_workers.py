@@ -372,7 +372,10 @@ def _close(actors: list[Any]) -> None:
 
 def connect(cfg: Config) -> None:
     """Join the configured cluster, or start a local one; a driver already connected is left as it is."""
-    import ray
+    try:
+        import ray
+    except ImportError:
+        raise PopulaError("ray.enabled / --ray: the `ray` package is not installed (pip install 'ray==2.60.0')") from None
 
     if ray.is_initialized():
         return
