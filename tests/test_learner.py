@@ -123,6 +123,7 @@ def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(c
         assert any(g.abs().max() > 0 for g in grads[n].values())
 
 
+@pytest.mark.slow
 def test_gradients_do_not_change_when_other_adapters_share_the_batch():
     base = tiny_llama()
     adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(["A", "B", "C"])}
@@ -182,6 +183,7 @@ def make_learner(names: list[str], cfg: LearnerConfig = LearnerConfig(lr=1e-2)) 
     return learner
 
 
+@pytest.mark.slow
 def test_each_adapter_updates_as_if_trained_alone_with_its_own_optimiser():
     mixed = random_rollouts(["A", "B"], 12, seed=2)
     together = make_learner(["A", "B"])
@@ -238,6 +240,7 @@ def test_an_inf_gradient_skips_the_adapter():
     assert not same(weights(learner, "A"), make_learner(["A", "B"]).adapter_state("A"))
 
 
+@pytest.mark.slow
 def test_with_several_epochs_ratios_move_off_one_and_get_clipped():
     learner = make_learner(["A"], LearnerConfig(lr=5e-2, epochs=4, clip_eps=0.05, grad_clip=None))
     rollouts = random_rollouts(["A"], 8, seed=8)
