@@ -57,15 +57,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.adapters import AdapterStore  # noqa: E402
-from popula.config import LearnerConfig, LoraConfig  # noqa: E402
-from popula.engines import create_engine  # noqa: E402
-from popula.engines.base import GenerationRequest  # noqa: E402
-from popula.learner import PopulationLearner, Rollout  # noqa: E402
-from popula.rewards import solve_rate, student_reward, teacher_reward  # noqa: E402
-from popula.sandbox import Sandbox  # noqa: E402
-from popula.tasks.generator import generate_tasks  # noqa: E402
-from popula.tasks.prompts import CompactFormat, stop_token_ids  # noqa: E402
+from popula.adapters import AdapterStore
+from popula.config import LearnerConfig, LoraConfig
+from popula.engines import create_engine
+from popula.engines.base import GenerationRequest
+from popula.learner import PopulationLearner, Rollout
+from popula.rewards import solve_rate, student_reward, teacher_reward
+from popula.sandbox import Sandbox
+from popula.tasks.generator import generate_tasks
+from popula.tasks.prompts import CompactFormat, stop_token_ids
 
 TYPES = ("code_o", "code_i", "code_f")
 TEACHERS = STUDENTS = 4
@@ -120,7 +120,7 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
     """One step: generate (teachers, then students), verify, update. Returns phase seconds."""
     fmt = CompactFormat()
     stops = stop_token_ids(tokenizer)
-    encode = lambda text: [tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    encode = lambda text: [tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
     refs = {a: side.store.latest(a) for a in set(side.teachers) | set(side.students)}
     per_teacher = len(TYPES) * args.proposals
     # (teacher adapter, student adapter, task type, stand-in task) for every proposal of the step

@@ -76,8 +76,9 @@ def peft_alone_gradient(base: torch.nn.Module, adapter: dict[str, torch.Tensor],
         m = len(r.completion_ids)
         targets = ids[0, -m:]
 
-        def logp_of(logits: torch.Tensor) -> torch.Tensor:
-            logits = logits[0, -m - 1:-1] / r.temperature
+        def logp_of(logits: torch.Tensor, m: int = m, t: float = r.temperature,
+                    targets: torch.Tensor = targets) -> torch.Tensor:
+            logits = logits[0, -m - 1:-1] / t
             return torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
 
         logp = logp_of(model(input_ids=ids).logits)
@@ -174,7 +175,8 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 0
     return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=atol, rtol=0) for k in a)
 
 
-def make_learner(names: list[str], cfg: LearnerConfig = LearnerConfig(lr=1e-2)) -> PopulationLearner:
+def make_learner(names: list[str], cfg: LearnerConfig | None = None) -> PopulationLearner:
+    cfg = cfg or LearnerConfig(lr=1e-2)
     base = tiny_llama()
     adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(names)}
     learner = PopulationLearner(base, LORA, cfg, max_adapters=4)
@@ -288,11 +290,11 @@ def test_bad_rollouts_are_refused_naming_them():
     learner = make_learner(["A"])
     good = random_rollouts(["A"], 1, seed=0)[0]
     cases = [
-        (dict(adapter="nope"), "'nope' is not in the learner"),
-        (dict(prompt_ids=[]), "prompt_ids is empty"),
-        (dict(sampler_logprobs=[0.0] * (len(good.completion_ids) + 1)), "sampler log-probs"),
-        (dict(reward=None, advantage=None), "reward or an advantage"),
-        (dict(temperature=0.0), "temperature"),
+        ({"adapter": "nope"}, "'nope' is not in the learner"),
+        ({"prompt_ids": []}, "prompt_ids is empty"),
+        ({"sampler_logprobs": [0.0] * (len(good.completion_ids) + 1)}, "sampler log-probs"),
+        ({"reward": None, "advantage": None}, "reward or an advantage"),
+        ({"temperature": 0.0}, "temperature"),
     ]
     for change, message in cases:
         bad = copy.copy(good)

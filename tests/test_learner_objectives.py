@@ -9,7 +9,13 @@ import torch
 
 from popula.config import LearnerConfig
 from popula.learner import (
-    EmaBaseline, Rollout, clipped_token_loss, compute_advantages, group_advantages, k3_kl, pack_rows,
+    EmaBaseline,
+    Rollout,
+    clipped_token_loss,
+    compute_advantages,
+    group_advantages,
+    k3_kl,
+    pack_rows,
     token_logprobs,
 )
 

@@ -10,7 +10,12 @@
 
 from popula.learner.advantages import EmaBaseline, compute_advantages, group_advantages
 from popula.learner.learner import NonFiniteUpdateWarning, PopulationLearner
-from popula.learner.objective import TokenLoss, clipped_token_loss, k3_kl, token_logprobs
+from popula.learner.objective import (
+    TokenLoss,
+    clipped_token_loss,
+    k3_kl,
+    token_logprobs,
+)
 from popula.learner.packing import pack_rows
 from popula.learner.rollout import Rollout
 

@@ -36,8 +36,9 @@ import math
 import os
 import warnings
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -89,12 +90,12 @@ class PopulationLearner:
     once, no per-row copies kept for backward) is a GPU and large-model one.
     """
 
-    def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig = LearnerConfig(),
+    def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig | None = None,
                  *, seed: int = 0, max_adapters: int = 16, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, kernel: str | None = None) -> None:
         if max_adapters < 1:
             raise PopulaError(f"max_adapters must be >= 1, got {max_adapters}")
-        self.cfg = cfg
+        self.cfg = cfg = cfg or LearnerConfig()
         self.lora = lora
         self.seed = seed
         self.device = torch.device(device)
@@ -260,9 +261,9 @@ class PopulationLearner:
             r = self.model.slot_rank(slot)
             out[name] = {}
             for path, layer in self.model.lora_layers.items():
-                ga, gb = layer.lora_A[slot].grad, layer.lora_B[slot].grad
-                out[name][peft_key(path, "A")] = ga[:r].detach().cpu().clone()
-                out[name][peft_key(path, "B")] = gb[:, :r].detach().cpu().clone()
+                for which, p in (("A", layer.lora_A[slot]), ("B", layer.lora_B[slot])):
+                    g = torch.zeros_like(p) if p.grad is None else p.grad  # None: no row reached it
+                    out[name][peft_key(path, which)] = (g[:r] if which == "A" else g[:, :r]).detach().cpu().clone()
         self._zero_grad(active)
         return out
 
@@ -333,7 +334,7 @@ class PopulationLearner:
         return [self._logprobs(self._batch_tensors(rows, b), [BASE_SLOT] * len(b)) for b in batches]
 
     def _accumulate(self, rows: _Rows, batches: list[list[int]], base_logp: list[torch.Tensor] | None,
-                    training: set[str], stats: "_Stats | None") -> dict[str, str]:
+                    training: set[str], stats: _Stats | None) -> dict[str, str]:
         """Forward/backward every microbatch, accumulating each training adapter's gradient.
 
         Returns adapters whose loss was not finite (their rows are left out of the backward

@@ -8,7 +8,7 @@ Sorting keeps rows of similar length together, so little compute goes to padding
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def pack_rows(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
