@@ -58,17 +58,24 @@ def base(tmp_path_factory) -> Path:
     return Path(path)
 
 
+def run_overrides(base: Path, *extra: str) -> list[str]:
+    return [f"base_model={base}", *SMALL, "run.steps=2", "seed=3", *extra]
+
+
 def run_args(base: Path, out: Path, *extra: str) -> list[str]:
-    sets = [f"--set={s}" for s in [f"base_model={base}", *SMALL, *extra]]
-    return ["run", "configs/tiny-cpu.yaml", "--out", str(out), "--steps", "2", "--seed", "3", *sets]
+    return ["run", "configs/tiny-cpu.yaml", "--out", str(out), *(f"--set={s}" for s in run_overrides(base, *extra))]
 
 
-def kill_soon(actor, delay: float) -> dict[str, float]:
-    """Kill `actor` (letting Ray restart it) from a thread after `delay` s; returns when it fired."""
+def kill_when_busy(actor) -> dict[str, float]:
+    """From a thread, kill `actor` (letting Ray restart it) as soon as it reports a call running.
+
+    The actor must be created with max_concurrency=2 so `info` answers beside the call.
+    Returns a dict that gets the kill's time once it fired."""
     fired: dict[str, float] = {}
 
     def kill() -> None:
-        time.sleep(delay)
+        while not ray.get(actor.info.remote())["busy"]:
+            time.sleep(0.005)
         fired["at"] = time.perf_counter()
         ray.kill(actor, no_restart=False)
 
@@ -106,19 +113,23 @@ def test_a_learner_killed_mid_run_stops_it_and_resume_finishes_it_as_if_nothing_
     from popula.run.population import PopulationRun
 
     out = tmp_path / "ray"
-    assert main(run_args(base, out, *FITS) + ["--ray", "--steps", "1"]) == 0
-    cfg = load_config(out / "config.yaml", ["run.steps=2"])
-    run = PopulationRun(cfg, out, resume=True)
-    fired = kill_soon(run.learner.actor, 1.0)  # during step 2's generation, before its update
+    run = PopulationRun(load_config("configs/tiny-cpu.yaml", run_overrides(base, *FITS, "ray.enabled=true")), out)
+
+    def kill_after_first_checkpoint() -> None:  # so the kill lands in step 2, after step 1 is saved
+        while not (out / "checkpoints" / "step-000001").exists():
+            time.sleep(0.05)
+        ray.kill(run.learner.actor)
+
+    threading.Thread(target=kill_after_first_checkpoint, daemon=True).start()
     try:
         with pytest.raises(PopulaError, match="--resume"):
             run.train()
-        assert "at" in fired
     finally:
         run.workers.engine.close()
         run.workers.sandbox.close()
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
     assert main(run_args(base, out, *FITS) + ["--ray", "--resume"]) == 0
-    # Every resume re-saves the checkpoint's weights as new adapter versions (two resumes here),
+    # A resume re-saves the checkpoint's weights as new adapter versions,
     # so only the version numbers the learner reports differ; everything else is as uninterrupted.
     got, want = (without_timing(read_metrics(d / "metrics.jsonl")) for d in (out, local_run))
     for rows in (got, want):
@@ -152,7 +163,7 @@ def test_an_engine_killed_mid_generate_is_restarted_refetches_adapters_and_retur
     v0 = [store.create(n) for n in ("T0", "S0")]
     options = {"max_adapters": 3, "max_rank": lora.rank, "seed": 0, "target_modules": lora.target_modules}
     local = TorchEngine(base, **options)
-    actor = ray.remote(EngineActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2).remote(
+    actor = ray.remote(EngineActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2, max_concurrency=2).remote(
         "torch", str(base), options, None)
     engine = RayEngine([actor])
     try:
@@ -160,7 +171,7 @@ def test_an_engine_killed_mid_generate_is_restarted_refetches_adapters_and_retur
         want = [[(s.token_ids, s.logprobs) for s in r.samples] for r in local.generate(reqs)]
         first = engine.info()[0]
 
-        fired = kill_soon(actor, 1.0)
+        fired = kill_when_busy(actor)
         got = engine.generate(reqs)
         returned = time.perf_counter()
         assert "at" in fired and fired["at"] < returned, "the kill must land while generate runs"
@@ -193,15 +204,16 @@ def test_a_sandbox_killed_mid_verify_is_restarted_and_its_verdicts_are_unchanged
     records = slow_tasks(24)
     with Sandbox(workers=2) as local:
         want = local.verify(records)
-    actors = [ray.remote(SandboxActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2).remote(2)
+    actors = [ray.remote(SandboxActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2, max_concurrency=2).remote(2)
               for _ in range(2)]
     sandbox = RaySandbox(actors)
     try:
         first = sandbox.info()
-        fired = kill_soon(actors[1], 0.5)
+        fired = kill_when_busy(actors[1])
         seen: list[int] = []
         got = sandbox.verify(records, progress=seen.append)
-        assert "at" in fired
+        returned = time.perf_counter()
+        assert "at" in fired and fired["at"] < returned, "the kill must land while verify runs"
         assert got == want and seen == [len(records)]
         assert [v.valid for v in got[-2:]] == [False, True] and got[-1].correct is True
         assert sandbox.info()[1]["pid"] != first[1]["pid"]

@@ -104,11 +104,20 @@ class EngineActor:
         self.engine = create_engine(kind, _base_for_actor(base, self.workdir), **options)
         self.paths: dict[int, Path] = {}
         self.fetched = 0
+        self.busy = False
 
     def generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
                  progress: bool) -> tuple[list[list[Sample]], float]:
         """Samples per request and the seconds spent generating; `adapters[uid] = [ObjectRef]` (in a list:
         Ray must not resolve it into an argument, so only the versions this actor lacks are fetched)."""
+        self.busy = True
+        try:
+            return self._generate(requests, adapters, progress)
+        finally:
+            self.busy = False
+
+    def _generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
+                  progress: bool) -> tuple[list[list[Sample]], float]:
         import ray
 
         for uid in {r.adapter.uid for r in requests if r.adapter is not None} - set(self.paths):
@@ -125,8 +134,9 @@ class EngineActor:
         return samples, time.perf_counter() - start
 
     def info(self) -> dict[str, Any]:
-        """Who answers (a restarted actor is a new process) and how many adapter versions it fetched."""
-        return {"pid": os.getpid(), "fetched": self.fetched}
+        """Who answers (a restarted actor is a new process), how many adapter versions it fetched, and
+        whether a generate call is running (visible only to an actor created with max_concurrency > 1)."""
+        return {"pid": os.getpid(), "fetched": self.fetched, "busy": self.busy}
 
     def close(self) -> None:
         self.engine.close()
@@ -140,14 +150,19 @@ class SandboxActor:
         from popula.sandbox import Sandbox
 
         self.sandbox = Sandbox(workers=workers)
+        self.busy = False
 
     def verify(self, records: list[TaskRecord]) -> tuple[list[VerifyResult], float]:
         start = time.perf_counter()
-        verdicts = self.sandbox.verify(records)
+        self.busy = True
+        try:
+            verdicts = self.sandbox.verify(records)
+        finally:
+            self.busy = False
         return verdicts, time.perf_counter() - start
 
     def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid()}
+        return {"pid": os.getpid(), "busy": self.busy}
 
     def close(self) -> None:
         self.sandbox.close()
