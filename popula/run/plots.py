@@ -23,6 +23,13 @@ FIGURES: dict[str, str] = {
 }
 
 
+SMOOTH = 5  # steps in the rolling mean drawn over each noisy per-step curve
+
+
+def _rolling_mean(values: tuple[float, ...], window: int) -> list[float]:
+    return [sum(values[i - window + 1:i + 1]) / window for i in range(window - 1, len(values))]
+
+
 def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     """Write one PNG per measure into `out_dir`; returns the files written."""
     import matplotlib
@@ -48,12 +55,17 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
             points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
             if points:
                 steps, values = zip(*points)
-                ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.4, label=label)
+                line, = ax.plot(steps, values, marker="o", markersize=2, linewidth=0.8, alpha=0.35)
+                if len(values) >= SMOOTH:
+                    ax.plot(steps[SMOOTH - 1:], _rolling_mean(values, SMOOTH), color=line.get_color(),
+                            linewidth=1.8, label=f"{label} ({SMOOTH}-step mean)")
+                else:
+                    line.set_label(label)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if len(runs) > 1 and ax.get_legend_handles_labels()[0]:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         fig.tight_layout()
         target = out_dir / f"{key}.png"
