@@ -65,7 +65,7 @@ def ray_side(base: Path, root: Path, lora: LoraConfig, cfg: LearnerConfig, threa
     return po.Side("ray", teachers, students, engine, store, learner), sandbox, learner
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds after one warm-up round")
     ap.add_argument("--proposals", type=int, default=1, help="proposals per teacher per task type")
@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--teacher-tokens", type=int, default=64)
     ap.add_argument("--student-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     import ray

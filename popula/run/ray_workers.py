@@ -378,6 +378,8 @@ def _close(actors: list[Any]) -> None:
 
     try:
         ray.get([a.close.remote() for a in actors])
+    except ray.exceptions.RayActorError:
+        pass  # an actor already gone (out of restarts) holds nothing left to release
     finally:
         for a in actors:
             ray.kill(a)
