@@ -199,7 +199,13 @@ def main() -> int:
     ap.add_argument("--student-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads; on a shared 2-core machine 2 threads oversubscribe and run ~5x slower")
+    ap.add_argument("--ray", action="store_true",
+                    help="add the population on a local Ray cluster (benchmarks/ray_overhead.py): step_s_ray, ray_overhead")
     args = ap.parse_args()
+    if args.ray:
+        from ray_overhead import main as ray_main
+
+        return ray_main([a for a in sys.argv[1:] if a != "--ray"])
     torch.set_num_threads(args.threads)
 
     from transformers import AutoTokenizer
