@@ -18,7 +18,7 @@ transfer and scheduling, and the engine proxy also records the time and bytes of
 adapters. It is written as a separate script (not a `--ray` flag of population_overhead.py)
 because that file was being changed by its owner at the time.
 
-    python3 benchmarks/ray_overhead.py [--rounds 3] [--threads 2]
+    python3 benchmarks/ray_overhead.py [--rounds 3] [--threads 1]   (= population_overhead.py --ray)
 
 Last line: {"step_s_single", "step_s_population", "overhead", "step_s_local", "step_s_ray",
 "ray_overhead", "ray_share_s", "ray_share_of_step", ...}. On a shared machine the wall
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rollouts", type=int, default=4, help="student rollouts per task")
     ap.add_argument("--teacher-tokens", type=int, default=64)
     ap.add_argument("--student-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads here and in each actor (as population_overhead.py)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
