@@ -114,3 +114,22 @@ def test_impossible_lora_is_refused_before_the_run_directory_is_touched(base, tm
     assert main(args(base, out, 1, f"--set={override}")) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "popula", *args(base, out, 50, "--set=run.checkpoint_every=100")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl"):
+        assert proc.poll() is None, "the run died on its own"
+        assert time.monotonic() < deadline, "no step within 10 minutes"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    assert "stopping after this step" in output
+    last = read_metrics(out / "metrics.jsonl")[-1]["step"]
+    assert last < 50
+    # the checkpoint at exit holds the last finished step, though the schedule said every 100
+    assert (out / "checkpoints" / f"step-{last:06d}").exists()
