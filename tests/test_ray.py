@@ -2,11 +2,14 @@
 
 One small local cluster (2 CPUs, 200 MB object store, fractional CPU requests so every actor
 fits) serves the whole module; the base is the quickly built tiny model of test_run_e2e.
+That base proposes no valid task in 24 tokens, so the run tests exercise generation, learning,
+evolution and the league through Ray; verification through Ray is checked on its own below.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -140,8 +143,6 @@ def test_a_learner_killed_mid_run_stops_it_and_resume_finishes_it_as_if_nothing_
 
 def test_adapter_files_are_materialised_under_the_same_names():
     bundle = {"adapter_config.json": b"{}", "sub/adapter_model.safetensors": b"\x00\x01"}
-    import tempfile
-
     with tempfile.TemporaryDirectory() as d:
         out = materialise(bundle, Path(d) / "a" / "7")
         assert directory_bundle(out) == bundle

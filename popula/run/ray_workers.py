@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from popula.config import Config
-from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
+from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
 from popula.tasks.records import TaskRecord, VerifyResult
 
