@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "TrueSkill rating (a mutation: the best one; a crossover: the best two), then report the "
             "parents' mean student reward on a fixed set of generated held-out tasks, the child's reward "
             "at creation and after each of N learner steps on a fixed training task stream (fresh seeded "
-            "samples each step), and the number of steps until the child reaches 95%% of its parents' "
+            "samples each step), and the number of steps until the child reaches 95% of its parents' "
             "reward. Every sample is seeded, so parents and children answer under identical conditions."
         ),
     )
