@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                     results[side.name].append(r)
                     if side is remote:
                         shares.append({f"{k}_{f}": p.times.as_dict()[f] - before[k][f] for k, p in proxies.items()
-                                       for f in ("calls", "call_s", "busy_s", "overhead_s", "ship_s", "shipped_bytes")})
+                                       for f in ("calls", "call_s", "busy_s", "busy_cpu_s", "overhead_s", "ship_s",
+                                                  "shipped_bytes")})
                 print(f"round {rnd}{' (warm-up)' if rnd == 0 else ''} {side.name:>10}: "
                       + "  ".join(f"{k} {v:.3f}" for k, v in r.items() if k.endswith("_s")), flush=True)
         for side in (single, population, remote):
@@ -123,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{phase:<12}{s[phase]:>10.3f}{p[phase]:>10.3f}{q[phase]:>10.3f}{q[phase] / p[phase]:>11.3f}")
     print()
     print("Ray's share per step (call wall time minus the actor's own working time):")
-    print(f"{'proxy':<10}{'calls':>7}{'call s':>9}{'busy s':>9}{'ray s':>8}")
+    print(f"{'proxy':<10}{'calls':>7}{'call s':>9}{'busy s':>9}{'busy cpu s':>12}{'ray s':>8}")
     for k in PROXIES:
         print(f"{k:<10}{share[f'{k}_calls']:>7.0f}{share[f'{k}_call_s']:>9.3f}{share[f'{k}_busy_s']:>9.3f}"
-              f"{share[f'{k}_overhead_s']:>8.3f}")
+              f"{share[f'{k}_busy_cpu_s']:>12.3f}{share[f'{k}_overhead_s']:>8.3f}")
+    print(f"CPU seconds of the work itself: generate local {p['generate_cpu_s']:.3f} vs engine actor "
+          f"{share['engine_busy_cpu_s']:.3f}; update local {p['update_cpu_s']:.3f} vs learner actor "
+          f"{share['learner_busy_cpu_s']:.3f} (wall beyond CPU is waiting for a core)")
     print(f"adapter shipping: {share['engine_ship_s']:.3f} s, {share['engine_shipped_bytes'] / 1e6:.2f} MB per step")
     print(f"total Ray share {ray_share:.3f} s of a {q['step_s']:.3f} s step; "
           f"step difference ray - local {q['step_s'] - p['step_s']:+.3f} s")
@@ -141,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         "ray_share_of_step": round(ray_share / q["step_s"], 4),
         **{f"ray_{k}": round(v, 4) for k, v in share.items()},
         **{f"{phase}_ray": round(q[phase], 4) for phase in ("generate_s", "verify_s", "update_s")},
-        **{f"{phase}_local": round(p[phase], 4) for phase in ("generate_s", "verify_s", "update_s")},
+        **{f"{phase}_local": round(p[phase], 4) for phase in ("generate_s", "verify_s", "update_s",
+                                                                "generate_cpu_s", "update_cpu_s")},
         "rounds": args.rounds,
     }
     print(json.dumps(figures))

@@ -107,8 +107,8 @@ class EngineActor:
         self.busy = False
 
     def generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
-                 progress: bool) -> tuple[list[list[Sample]], float]:
-        """Samples per request and the seconds spent generating; `adapters[uid] = [ObjectRef]` (in a list:
+                 progress: bool) -> tuple[list[list[Sample]], float, float]:
+        """Samples per request, and the wall and CPU seconds spent generating; `adapters[uid] = [ObjectRef]` (in a list:
         Ray must not resolve it into an argument, so only the versions this actor lacks are fetched)."""
         self.busy = True
         try:
@@ -117,7 +117,7 @@ class EngineActor:
             self.busy = False
 
     def _generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
-                  progress: bool) -> tuple[list[list[Sample]], float]:
+                  progress: bool) -> tuple[list[list[Sample]], float, float]:
         import ray
 
         for uid in {r.adapter.uid for r in requests if r.adapter is not None} - set(self.paths):
@@ -129,9 +129,9 @@ class EngineActor:
             shutil.rmtree(self.paths.pop(uid), ignore_errors=True)
         local = [replace(r, adapter=replace(r.adapter, path=self.paths[r.adapter.uid])) if r.adapter else r
                  for r in requests]
-        start = time.perf_counter()  # fetching adapters above counts as Ray's share, not the engine's
+        start, cpu = time.perf_counter(), time.process_time()  # fetching adapters above is Ray's share
         samples = [result.samples for result in self.engine.generate(local, progress=progress)]
-        return samples, time.perf_counter() - start
+        return samples, time.perf_counter() - start, time.process_time() - cpu
 
     def info(self) -> dict[str, Any]:
         """Who answers (a restarted actor is a new process), how many adapter versions it fetched, and
@@ -152,14 +152,15 @@ class SandboxActor:
         self.sandbox = Sandbox(workers=workers)
         self.busy = False
 
-    def verify(self, records: list[TaskRecord]) -> tuple[list[VerifyResult], float]:
-        start = time.perf_counter()
+    def verify(self, records: list[TaskRecord]) -> tuple[list[VerifyResult], float, float]:
+        """Verdicts, wall seconds, and this process's CPU seconds (the jail processes' are not in it)."""
+        start, cpu = time.perf_counter(), time.process_time()
         self.busy = True
         try:
             verdicts = self.sandbox.verify(records)
         finally:
             self.busy = False
-        return verdicts, time.perf_counter() - start
+        return verdicts, time.perf_counter() - start, time.process_time() - cpu
 
     def info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "busy": self.busy}
@@ -180,10 +181,10 @@ class LearnerActor:
         self.learner = PopulationLearner(_base_for_actor(base, self.workdir), lora, cfg, seed=seed,
                                          max_adapters=max_adapters, device=device)
 
-    def call(self, method: str, *args: Any) -> tuple[Any, float]:
-        start = time.perf_counter()
+    def call(self, method: str, *args: Any) -> tuple[Any, float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
         result = getattr(self.learner, method)(*args)
-        return result, time.perf_counter() - start
+        return result, time.perf_counter() - start, time.process_time() - cpu
 
     def adapters(self) -> list[str]:
         return self.learner.adapters
@@ -201,7 +202,8 @@ class CallTimes:
     `call_s` runs from submitting a call to holding its result; `busy_s` is the part the actors
     spent working (the slowest actor of a split call), so `call_s - busy_s` is Ray's share:
     pickling arguments and results, object-store transfers, scheduling. `ship_s` is the
-    driver's time reading and `ray.put`-ing adapter files.
+    driver's time reading and `ray.put`-ing adapter files. `busy_cpu_s` is the CPU time the
+    actors' processes used while busy: beside `busy_s` it tells slower work from waiting for a CPU.
     """
 
     ship_s: float = 0.0
@@ -209,19 +211,22 @@ class CallTimes:
     calls: int = 0
     call_s: float = 0.0
     busy_s: float = 0.0
+    busy_cpu_s: float = 0.0
 
-    def add(self, call_s: float, busy_s: float) -> None:
+    def add(self, call_s: float, answers: Sequence[tuple[Any, float, float]]) -> None:
+        """One call: its wall time and each actor's (result, busy wall s, busy CPU s)."""
         self.calls += 1
         self.call_s += call_s
-        self.busy_s += busy_s
+        self.busy_s += max(a[1] for a in answers)
+        self.busy_cpu_s += sum(a[2] for a in answers)
 
     @property
     def overhead_s(self) -> float:
         return self.call_s - self.busy_s
 
     def as_dict(self) -> dict[str, float]:
-        return {"calls": self.calls, "call_s": self.call_s, "busy_s": self.busy_s, "overhead_s": self.overhead_s,
-                "ship_s": self.ship_s, "shipped_bytes": self.shipped_bytes}
+        return {"calls": self.calls, "call_s": self.call_s, "busy_s": self.busy_s, "busy_cpu_s": self.busy_cpu_s,
+                "overhead_s": self.overhead_s, "ship_s": self.ship_s, "shipped_bytes": self.shipped_bytes}
 
 
 def _chunks(n: int, parts: int) -> list[range]:
@@ -261,8 +266,8 @@ class RayEngine:
         futures = [actor.generate.remote([requests[i] for i in part], live, progress)
                    for actor, part in zip(self.actors, parts)]
         answers = _get(futures, "engine")
-        self.times.add(time.perf_counter() - start, max(busy for _, busy in answers))
-        samples = [s for chunk, _ in answers for s in chunk]
+        self.times.add(time.perf_counter() - start, answers)
+        samples = [s for chunk, _, _ in answers for s in chunk]
         return [GenerationResult(req, list(s)) for req, s in zip(requests, samples)]
 
     def info(self) -> list[dict[str, Any]]:
@@ -291,8 +296,8 @@ class RaySandbox:
         parts = _chunks(len(records), len(self.actors))
         futures = [actor.verify.remote([records[i] for i in part]) for actor, part in zip(self.actors, parts)]
         answers = _get(futures, "sandbox")
-        self.times.add(time.perf_counter() - start, max(busy for _, busy in answers))
-        verdicts = [v for chunk, _ in answers for v in chunk]
+        self.times.add(time.perf_counter() - start, answers)
+        verdicts = [v for chunk, _, _ in answers for v in chunk]
         if progress is not None:
             progress(len(verdicts))
         return verdicts
@@ -319,11 +324,11 @@ class RayLearner:
         start = time.perf_counter()
         try:
             if method == "adapters":
-                result, busy = ray.get(self.actor.adapters.remote()), 0.0
+                answer = (ray.get(self.actor.adapters.remote()), 0.0, 0.0)
             else:
-                result, busy = ray.get(self.actor.call.remote(method, *args))
-            self.times.add(time.perf_counter() - start, busy)
-            return result
+                answer = ray.get(self.actor.call.remote(method, *args))
+            self.times.add(time.perf_counter() - start, [answer])
+            return answer[0]
         except ray.exceptions.RayActorError as err:
             raise PopulaError(
                 f"the learner actor died during {method}() ({err.__class__.__name__}). Its adapters' optimiser "
