@@ -65,6 +65,19 @@ def test_corpus_examples_are_in_the_exact_self_play_formats(pool) -> None:
     assert len(kinds) == 6
 
 
+def test_student_examples_follow_the_mix_and_lean_to_short_programs(pool) -> None:
+    fmt = CompactFormat()
+    lines = {t.program: t.program.count("\n") + 1 for t in pool}
+    mean_lines = {}
+    for power in (0.0, 3.0):
+        sampler = ExampleSampler(pool, fmt, random.Random(2), max_references=1, teacher_share=0.0, student_mix={"code_o": 1.0}, short_power=power)
+        examples = [sampler.sample() for _ in range(300)]
+        assert {ex.kind for ex in examples} == {"student:code_o"}
+        shown = [next(n for p, n in lines.items() if ex.prompt.startswith(f"## output\n{p.rstrip()}\n>>> ")) for ex in examples]
+        mean_lines[power] = sum(shown) / len(shown)
+    assert mean_lines[3.0] < mean_lines[0.0] - 1  # one-liners dominate when the lean is steep
+
+
 def test_a_pool_task_viewed_as_code_o_keeps_its_input_output_pair(pool) -> None:
     task = as_type(pool[0], "code_o", 3)
     assert (task.type, task.inputs, task.outputs, task.message) == ("code_o", [pool[0].inputs[3]], [pool[0].outputs[3]], "")

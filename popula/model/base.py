@@ -58,7 +58,15 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         print(f"popula pretrain: generating {recipe.pool_size} programs and running them in the sandbox")
     pool = build_pool(recipe.pool_size, recipe.seed, recipe.difficulty, workers=workers)
     fmt = CompactFormat()
-    sampler = ExampleSampler(pool, fmt, random.Random(recipe.seed), recipe.max_references, recipe.teacher_share)
+    sampler = ExampleSampler(
+        pool,
+        fmt,
+        random.Random(recipe.seed),
+        recipe.max_references,
+        recipe.teacher_share,
+        student_mix=dict(zip(ExampleSampler.STUDENT_TYPES, recipe.student_mix)),
+        short_power=recipe.short_power,
+    )
     sample_texts = []
     for _ in range(2000):
         ex = sampler.sample()

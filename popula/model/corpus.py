@@ -44,9 +44,19 @@ class ExampleSampler:
     """Draws teacher and student examples from a pool, in one prompt format."""
 
     TEACHER_TYPES = ("code_o", "code_i", "code_f")
+    STUDENT_TYPES = ("code_o", "code_i", "code_f")
     STUDENT_MIX = {"code_o": 0.5, "code_i": 0.2, "code_f": 0.3}
 
-    def __init__(self, pool: list[TaskRecord], fmt: PromptFormat, rng: random.Random, max_references: int, teacher_share: float) -> None:
+    def __init__(
+        self,
+        pool: list[TaskRecord],
+        fmt: PromptFormat,
+        rng: random.Random,
+        max_references: int,
+        teacher_share: float,
+        student_mix: dict[str, float] | None = None,
+        short_power: float = 1.0,
+    ) -> None:
         if len(pool) < max_references + 1:
             raise ValueError(f"a pool of {len(pool)} tasks is too small for {max_references} references")
         self.pool = pool
@@ -54,9 +64,15 @@ class ExampleSampler:
         self.rng = rng
         self.max_references = max_references
         self.teacher_share = teacher_share
-        # Examples lean to shorter programs (weight 1/lines): a small model then proposes
+        self.student_mix = dict(student_mix or self.STUDENT_MIX)
+        # Proposals lean to shorter programs (weight 1/lines): a small model then proposes
         # mostly programs it can write without a slip, and self-play pushes complexity up.
-        self.short_weights = [1.0 / (t.program.count("\n") + 1) for t in pool]
+        lines = [t.program.count("\n") + 1 for t in pool]
+        self.short_weights = [1.0 / n for n in lines]
+        # Student answers lean harder (1/lines**short_power): a one-liner's output can be
+        # read off the input (copying, len, slicing), which is the skill a tiny model
+        # learns first; a long program's exact output is out of its reach in minutes.
+        self.student_weights = [1.0 / n**short_power for n in lines]
 
     def _view(self, task: TaskRecord, task_type: str) -> TaskRecord:
         return as_type(task, task_type, self.rng.randrange(len(task.inputs)))
@@ -68,14 +84,12 @@ class ExampleSampler:
         return Example(f"teacher:{task_type}", self.fmt.teacher_prompt(task_type, refs), self.fmt.proposal_completion(target))
 
     def student(self, task_type: str) -> Example:
-        # Same lean to short programs: their answers are within a small model's reach, and
-        # a long program's exact output is not something it can learn in minutes.
-        task = self._view(self.rng.choices(self.pool, self.short_weights)[0], task_type)
+        task = self._view(self.rng.choices(self.pool, self.student_weights)[0], task_type)
         answer = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task_type]
         return Example(f"student:{task_type}", self.fmt.student_prompt(task), self.fmt.answer_completion(task, answer))
 
     def sample(self) -> Example:
         if self.rng.random() < self.teacher_share:
             return self.teacher(self.rng.choice(self.TEACHER_TYPES))
-        types, weights = zip(*self.STUDENT_MIX.items())
+        types, weights = zip(*self.student_mix.items())
         return self.student(self.rng.choices(types, weights)[0])

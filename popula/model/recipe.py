@@ -36,10 +36,12 @@ class TinyRecipe:
     pool_tasks: int = 2000  # programs (each with 10 inputs) run through the sandbox
     difficulty: str = "mixed"
     max_references: int = 3  # teacher examples show 1..max_references (the compact format shows 3)
-    teacher_share: float = 0.35  # fraction of examples that are teacher proposals
+    teacher_share: float = 0.25  # fraction of examples that are teacher proposals
+    student_mix: tuple[float, float, float] = (0.6, 0.1, 0.3)  # code_o, code_i, code_f shares of student examples
+    short_power: float = 2.0  # student examples weigh programs by 1/lines**short_power
     # training
     seq_len: int = 384
-    batch_rows: int = 6
+    batch_rows: int = 3  # small batches, more steps: the build is far below the critical batch size
     lr: float = 3e-3
     prompt_weight: float = 0.2  # loss weight of prompt tokens (completion tokens weigh 1)
 
