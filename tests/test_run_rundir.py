@@ -35,3 +35,8 @@ def test_resume_may_extend_the_number_of_steps(tmp_path):
 def test_resume_of_nothing_is_a_clear_error(tmp_path):
     with pytest.raises(PopulaError, match="nothing to resume"):
         prepare_run_dir(tmp_path / "none", load_config(None), resume=True)
+
+
+def test_resume_may_move_the_run_onto_a_ray_cluster(tmp_path):
+    prepare_run_dir(tmp_path, load_config(None), resume=False)
+    prepare_run_dir(tmp_path, load_config(None, ["ray.enabled=true"]), resume=True)

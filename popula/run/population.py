@@ -163,18 +163,23 @@ class PopulationRun:
     # -- the loop --------------------------------------------------------------------------------
 
     def train(self) -> None:
+        """Run steps until `run.steps` or Ctrl-C, then checkpoint the last finished step.
+
+        A step that raises is not checkpointed: its state is half-updated, so the newest
+        checkpoint stays the last good one and `--resume` replays the failed step.
+        """
         with GracefulStop() as stop:
             try:
                 while self.step < self.cfg.run.steps and not stop.requested:
+                    row = self._one_step(self.step + 1)
                     self.step += 1
-                    row = self._one_step(self.step)
                     self.metrics.write(row)
                     print(summary_line(row), flush=True)
                     if self.step % self.cfg.run.checkpoint_every == 0:
                         self._checkpoint()
-            finally:
                 if self.checkpoints.latest_step() != self.step:
                     self._checkpoint()
+            finally:
                 self.close()
 
     def _one_step(self, step: int) -> dict[str, Any]:

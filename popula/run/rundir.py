@@ -1,7 +1,7 @@
 """The run directory (DESIGN 3.3): creating it, and refusing to mix two runs in one.
 
 A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
-saved config differs from the given one (except `run.steps`, which a resume may extend),
+saved config differs from the given one (except `run.steps`, which a resume may extend, and `ray.*`: a local run may continue on a cluster),
 naming every key that differs.
 """
 
@@ -18,7 +18,12 @@ import yaml
 from popula.config import Config
 from popula.errors import PopulaError
 
-RESUMABLE_KEYS = {"run.steps"}
+# What a resume may change: how long the run goes on, and where its workers run.
+RESUMABLE_KEYS = {"run.steps", "ray"}
+
+
+def _resumable(key: str) -> bool:
+    return key in RESUMABLE_KEYS or key.split(".", 1)[0] in RESUMABLE_KEYS
 
 
 def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> None:
@@ -28,7 +33,7 @@ def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> None:
             raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
         saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))
         current = cfg.model_dump(mode="json")
-        differ = sorted(k for k in _diff(saved, current) if k not in RESUMABLE_KEYS)
+        differ = sorted(k for k in _diff(saved, current) if not _resumable(k))
         if differ:
             raise PopulaError(
                 f"{run_dir} belongs to another config: it differs at {', '.join(differ)}. "
