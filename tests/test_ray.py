@@ -24,8 +24,6 @@ from popula.config import LoraConfig, load_config  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.engines.torch_engine import TorchEngine  # noqa: E402
 from popula.errors import PopulaError  # noqa: E402
-from popula.model.base import resolve_base_model  # noqa: E402
-from popula.model.recipe import TinyRecipe  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.run.ray_workers import (EngineActor, LearnerActor, RayEngine, RayLearner, RaySandbox,  # noqa: E402
                                     SandboxActor, directory_bundle, materialise)
@@ -34,7 +32,6 @@ from popula.tasks.records import TaskRecord  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-QUICK = TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2)
 SMALL = ["population.teachers=2", "population.students=2", "tasks.proposals_per_type=1",
          "tasks.seed_tasks=6", "generation.rollouts=2", "generation.teacher_max_tokens=24",
          "generation.student_max_tokens=12", "evolution.every=2", "run.checkpoint_every=1"]
@@ -52,13 +49,8 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("popula-cache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("POPULA_CACHE", str(root))
-    path = resolve_base_model("tiny", recipe=QUICK, progress=False)
-    mp.undo()
-    return Path(path)
+def base(quick_base) -> Path:
+    return quick_base
 
 
 def run_overrides(base: Path, *extra: str) -> list[str]:

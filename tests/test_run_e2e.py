@@ -17,27 +17,19 @@ from pathlib import Path
 import pytest
 
 from popula.cli import main
-from popula.model.base import resolve_base_model
-from popula.model.recipe import TinyRecipe
 from popula.run.checkpoint import Checkpoints
 from popula.run.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
-QUICK = TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2)
 SMALL = ["population.teachers=2", "population.students=2", "tasks.proposals_per_type=1",
          "tasks.seed_tasks=6", "generation.rollouts=2", "generation.teacher_max_tokens=24",
          "generation.student_max_tokens=12", "evolution.every=2", "run.checkpoint_every=1"]
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("popula-cache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("POPULA_CACHE", str(root))
-    path = resolve_base_model("tiny", recipe=QUICK, progress=False)
-    mp.undo()
-    return Path(path)
+def base(quick_base) -> Path:
+    return quick_base
 
 
 def args(base: Path, out: Path, steps: int, *extra: str) -> list[str]:
