@@ -43,7 +43,7 @@ class TinyRecipe:
     seq_len: int = 384
     batch_rows: int = 3  # small batches, more steps: the build is far below the critical batch size
     lr: float = 3e-3
-    prompt_weight: float = 0.2  # loss weight of prompt tokens (completion tokens weigh 1)
+    prompt_weight: float = 0.1  # loss weight of prompt tokens (completion tokens weigh 1)
 
     def __post_init__(self) -> None:
         if self.minutes <= 0:
