@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from popula.model.base import resolve_base_model
 from popula.model.recipe import TinyRecipe
@@ -23,3 +24,12 @@ def quick_base(tmp_path_factory) -> Path:
     path = resolve_base_model("tiny", recipe=QUICK_RECIPE, progress=False)
     mp.undo()
     return Path(path)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Two torch threads on a busy 2-core machine can run 20x slower than one: use one, then restore."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

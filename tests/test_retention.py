@@ -80,12 +80,8 @@ def make_memorising_base(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Two torch threads on a busy 2-core machine can run 20x slower than one: use one, then restore."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """Every test here trains or samples a small model: one torch thread (see conftest)."""
 
 
 @pytest.fixture(scope="module")
