@@ -33,3 +33,37 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def small_llama(tokenizer, max_positions: int):
+    """A 2-layer Llama for `tokenizer`, seeded (head_dim 32: the size vLLM's CPU attention supports)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_positions,
+                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg)
+
+
+def answer_batch(tokenizer, examples):
+    """(ids, labels, mask) teaching `completion + EOS` after each prompt, as self-play encodes them.
+
+    `examples` are (prompt text, completion text) pairs; only completion tokens carry labels.
+    """
+    from popula.evaluate import encode_prompt
+
+    rows = []
+    for prompt, completion in examples:
+        ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+        rows.append((encode_prompt(tokenizer, prompt), ids + [tokenizer.eos_token_id]))
+    width = max(len(p) + len(c) for p, c in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (p, c) in enumerate(rows):
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
+        mask[i, : len(p) + len(c)] = 1
+    return ids, labels, mask

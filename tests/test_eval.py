@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import popula.cli
+from conftest import answer_batch, small_llama
 from popula.adapters import AdapterStore
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
@@ -67,26 +67,8 @@ def make_memorising_base(path: Path) -> Path:
     fmt = CompactFormat()
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, a) + "<|end|>" for t, a in KNOWN]
     tok = train_tokenizer(texts * 20 + [fmt.student_prompt(UNKNOWN_SOLVED)], 300, max_length=128)
-    torch.manual_seed(0)
-    # head_dim 32: the size vLLM's CPU attention supports, so the vLLM engine can serve it too
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg)
-    rows = []
-    for task, answer in KNOWN:
-        prompt = encode_prompt(tok, fmt.student_prompt(task))
-        completion = tok(fmt.answer_completion(task, answer), add_special_tokens=False)["input_ids"]
-        rows.append((prompt, completion + [tok.eos_token_id]))
-    width = max(len(p) + len(c) for p, c in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id)
-    labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (p, c) in enumerate(rows):
-        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-        labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
-        mask[i, : len(p) + len(c)] = 1
+    model = small_llama(tok, 128)
+    ids, labels, mask = answer_batch(tok, [(fmt.student_prompt(t), fmt.answer_completion(t, a)) for t, a in KNOWN])
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(300):
         out = model(input_ids=ids, attention_mask=mask, labels=labels)

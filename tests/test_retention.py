@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import popula.cli
+from conftest import answer_batch, small_llama
 from popula.adapters import AdapterStore
-from popula.evaluate import encode_prompt
 from popula.league import League
 from popula.model.tokenizer import train_tokenizer
 from popula.retention import EVAL_NAMESPACE, TRAIN_NAMESPACE
@@ -45,25 +44,9 @@ def make_memorising_base(path: Path) -> Path:
     stream = generate_tasks(TASKS, seed=SEED, types=["code_o"], namespace=TRAIN_NAMESPACE, workers=1)
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, t.outputs[0]) + "<|end|>" for t in held_out]
     tok = train_tokenizer(texts * 20 + [fmt.student_prompt(t) for t in stream], 300, max_length=512)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg)
-    rows = []
-    for task in held_out:
-        prompt = encode_prompt(tok, fmt.student_prompt(task))
-        completion = tok(fmt.answer_completion(task, task.outputs[0]), add_special_tokens=False)["input_ids"]
-        rows.append((prompt, completion + [tok.eos_token_id]))
-    width = max(len(p) + len(c) for p, c in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id)
-    labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (p, c) in enumerate(rows):
-        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-        labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
-        mask[i, : len(p) + len(c)] = 1
+    model = small_llama(tok, 512)
+    ids, labels, mask = answer_batch(
+        tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0])) for t in held_out])
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(400):  # until sampling at temperature 1 almost always gives the answer
         out = model(input_ids=ids, attention_mask=mask, labels=labels)
