@@ -190,15 +190,21 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
             "logprob_gap": metrics["logprob_gap"] or 0.0, "microbatches": metrics["microbatches"]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_step_options(ap: argparse.ArgumentParser) -> None:
+    """The step's shape and threading, shared with benchmarks/ray_overhead.py."""
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds after one warm-up round")
     ap.add_argument("--proposals", type=int, default=1, help="proposals per teacher per task type")
     ap.add_argument("--rollouts", type=int, default=4, help="student rollouts per task")
     ap.add_argument("--teacher-tokens", type=int, default=64)
     ap.add_argument("--student-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads; on a shared 2-core machine 2 threads oversubscribe and run ~5x slower")
+                    help="torch threads (also in each Ray actor); on a shared 2-core machine 2 threads "
+                         "oversubscribe and run ~5x slower")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_step_options(ap)
     ap.add_argument("--ray", action="store_true",
                     help="add the population on a local Ray cluster (benchmarks/ray_overhead.py): step_s_ray, ray_overhead")
     args = ap.parse_args()

@@ -66,12 +66,7 @@ def ray_side(base: Path, root: Path, lora: LoraConfig, cfg: LearnerConfig, threa
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3, help="measured rounds after one warm-up round")
-    ap.add_argument("--proposals", type=int, default=1, help="proposals per teacher per task type")
-    ap.add_argument("--rollouts", type=int, default=4, help="student rollouts per task")
-    ap.add_argument("--teacher-tokens", type=int, default=64)
-    ap.add_argument("--student-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads here and in each actor (as population_overhead.py)")
+    po.add_step_options(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
