@@ -16,7 +16,7 @@ from popula.model.base import MARKER, load_base, resolve_base_model, tiny_path
 from popula.model.corpus import ExampleSampler, as_type
 from popula.model.recipe import TinyRecipe
 from popula.model.tokenizer import train_tokenizer
-from popula.model.train import PackedBatches, lr_at
+from popula.model.train import PackedBatches, compiled_forward, lr_at
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import COMPACT_EOS, CompactFormat, prompt_format, stop_token_ids
 from popula.tasks.records import TaskRecord
@@ -102,6 +102,34 @@ def test_packed_batches_weigh_completions_fully_and_prompts_less(pool) -> None:
     assert set(weights.unique().tolist()) == {0.25, 1.0}
     eos = ids == tok.eos_token_id
     assert eos.any() and bool((weights[eos] == 1.0).all())  # learning to stop matters
+
+
+def test_peeking_a_batch_does_not_consume_it(pool) -> None:
+    tok = train_tokenizer([t.program for t in pool] * 3, vocab_size=400)
+    sampler = ExampleSampler(pool, CompactFormat(), random.Random(2), max_references=1, teacher_share=0.5)
+    batches = PackedBatches(sampler.sample, tok, seq_len=64, rows=2, prompt_weight=0.1)
+    peeked, _ = batches.peek()
+    taken, _ = batches.next_batch()
+    assert torch.equal(peeked, taken) and not torch.equal(taken, batches.next_batch()[0])
+
+
+@pytest.mark.slow
+def test_compiled_training_forward_gives_the_eager_logits_and_gradients() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
+    model = LlamaForCausalLM(config)
+    ids = torch.randint(0, 64, (2, 16))
+    forward = compiled_forward(model, ids)
+    assert all(p.grad is None for p in model.parameters())  # the compile probe leaves no gradient behind
+    forward(ids).sum().backward()
+    compiled_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    eager = model(input_ids=ids).logits
+    eager.sum().backward()
+    assert torch.allclose(forward(ids), eager, atol=1e-5)
+    assert all(torch.allclose(g, p.grad, atol=1e-5) for g, p in zip(compiled_grads, model.parameters()))
 
 
 def test_learning_rate_warms_up_then_anneals() -> None:

@@ -94,7 +94,8 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         raise PopulaError(f"--minutes {recipe.minutes} leaves no time to train after building the corpus; give more minutes")
     if progress:
         print(f"popula pretrain: training {n_params / 1e6:.2f}M parameters for {seconds_left:.0f}s on {torch.get_num_threads()} threads")
-    stats = train(model, batches, seconds=seconds_left, lr=recipe.lr, progress=progress)
+    # compiling costs ~25 s up front and pays back only on builds of minutes
+    stats = train(model, batches, seconds=seconds_left, lr=recipe.lr, progress=progress, compile=seconds_left >= 180)
 
     summary = {
         "recipe": recipe.__dict__,

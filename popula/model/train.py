@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,13 +55,18 @@ class PackedBatches:
         self.ids += prompt + completion
         self.weights += [self.prompt_weight] * len(prompt) + [1.0] * len(completion)
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def peek(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch without consuming it (the model is compiled on its shape)."""
         need = self.rows * (self.seq_len + 1)
         while len(self.ids) < need:
             self._add_example()
         ids = torch.tensor(self.ids[:need]).view(self.rows, self.seq_len + 1)
         weights = torch.tensor(self.weights[:need]).view(self.rows, self.seq_len + 1)
-        del self.ids[:need], self.weights[:need]
+        return ids, weights
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, weights = self.peek()
+        del self.ids[: ids.numel()], self.weights[: ids.numel()]
         return ids, weights
 
 
@@ -72,11 +78,47 @@ def lr_at(fraction: float, peak: float, warmup: float = 0.05, floor: float = 0.0
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(model: torch.nn.Module, batches: PackedBatches, *, seconds: float, lr: float, max_steps: int | None = None, progress: bool = True) -> TrainStats:
-    """Train until `seconds` pass (or `max_steps`), then return what was done."""
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+def compiled_forward(model: torch.nn.Module, example: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`model`'s logits through `torch.compile`, or eager if compiling fails here.
+
+    Packed batches all have one shape, so the model compiles once (~25 s on 2 cores) and
+    then trains ~1.5x faster: fused kernels matter when the matrices are this small.
+    A machine without a working C++ toolchain falls back to eager with a warning.
+    """
+    compiled = torch.compile(model)
+    try:
+        compiled(input_ids=example).logits.sum().backward()
+    except Exception as exc:  # inductor raises many kinds: a missing compiler, an unsupported op
+        warnings.warn(f"torch.compile failed ({type(exc).__name__}: {exc}); training eagerly", stacklevel=2)
+        model.zero_grad(set_to_none=True)
+        return lambda ids: model(input_ids=ids).logits
+    model.zero_grad(set_to_none=True)
+    return lambda ids: compiled(input_ids=ids).logits
+
+
+def train(
+    model: torch.nn.Module,
+    batches: PackedBatches,
+    *,
+    seconds: float,
+    lr: float,
+    max_steps: int | None = None,
+    progress: bool = True,
+    compile: bool = False,
+) -> TrainStats:
+    """Train until `seconds` pass (or `max_steps`), then return what was done.
+
+    The compile warm-up counts against `seconds`: the budget is wall-clock.
+    """
     start = time.monotonic()
+    model.train()
+    forward = (lambda ids: model(input_ids=ids).logits)
+    if compile:
+        if progress:
+            print("popula pretrain: compiling the model (torch.compile)")
+        ids, _ = batches.peek()
+        forward = compiled_forward(model, ids[:, :-1])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     steps = tokens = 0
     ema = float("nan")
     bar = tqdm(total=round(seconds), unit="s", desc="pretrain", disable=not progress, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}")
@@ -87,7 +129,7 @@ def train(model: torch.nn.Module, batches: PackedBatches, *, seconds: float, lr:
         for group in opt.param_groups:
             group["lr"] = lr_at(elapsed / seconds, lr)
         ids, weights = batches.next_batch()
-        logits = model(input_ids=ids[:, :-1]).logits
+        logits = forward(ids[:, :-1])
         losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), ids[:, 1:].reshape(-1), reduction="none")
         w = weights[:, 1:].reshape(-1)
         loss = (losses * w).sum() / w.sum()
