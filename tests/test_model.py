@@ -13,7 +13,7 @@ import torch
 
 from popula.errors import PopulaError
 from popula.model.base import MARKER, load_base, resolve_base_model, tiny_path
-from popula.model.corpus import ExampleSampler, as_type
+from popula.model.corpus import ExampleSampler, as_type, simplest_program
 from popula.model.recipe import TinyRecipe
 from popula.model.tokenizer import train_tokenizer
 from popula.model.train import PackedBatches, compiled_forward, lr_at
@@ -61,7 +61,7 @@ def test_corpus_examples_are_in_the_exact_self_play_formats(pool) -> None:
             elif task_type == "code_i":  # the input that produced the output shown
                 assert any(answer in t.inputs for t in shown)
             else:
-                assert any(answer == t.program for t in pool)
+                assert any(answer == simplest_program(t) for t in pool)
     assert len(kinds) == 6
 
 
@@ -76,6 +76,21 @@ def test_student_examples_follow_the_mix_and_lean_to_short_programs(pool) -> Non
         shown = [next(n for p, n in lines.items() if ex.prompt.startswith(f"## output\n{p.rstrip()}\n>>> ")) for ex in examples]
         mean_lines[power] = sum(shown) / len(shown)
     assert mean_lines[3.0] < mean_lines[0.0] - 1  # one-liners dominate when the lean is steep
+
+
+def test_code_f_answers_for_constant_programs_are_the_constant_and_the_sandbox_accepts_them() -> None:
+    from popula.sandbox import Sandbox
+
+    tasks = generate_tasks(60, seed=3, types=["code_f"], namespace="test-corpus")
+    constant = [t for t in tasks if len(set(t.outputs)) == 1]
+    varying = [t for t in tasks if len(set(t.outputs)) > 1]
+    assert constant and varying
+    assert all(simplest_program(t) == t.program for t in varying)
+    answers = [simplest_program(t) for t in constant]
+    assert all(a.count("\n") == 1 and a.endswith(f"return {t.outputs[0]}") for a, t in zip(answers, constant))
+    with Sandbox(workers=1) as sandbox:
+        results = sandbox.verify([TaskRecord(id=t.id, type="code_f", program=t.program, inputs=t.inputs, outputs=t.outputs, message=t.message, answer=a) for t, a in zip(constant, answers)])
+    assert all(r.correct for r in results)
 
 
 def test_a_pool_task_viewed_as_code_o_keeps_its_input_output_pair(pool) -> None:

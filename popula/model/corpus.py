@@ -40,6 +40,20 @@ def as_type(task: TaskRecord, task_type: str, pick: int) -> TaskRecord:
     return replace(task, type=task_type, inputs=[task.inputs[pick]], outputs=[task.outputs[pick]], message="")
 
 
+def simplest_program(task: TaskRecord) -> str:
+    """The code_f answer to teach: the program itself, or `return <output>` if it is constant.
+
+    About a fifth of generated programs ignore their input. Any program that reproduces
+    the outputs is a correct code_f answer, and for those the simplest one returns the
+    one output it ever gives; a student should learn to see that rather than to guess
+    which of many equivalent programs wrote it.
+    """
+    if len(set(task.outputs)) > 1:
+        return task.program
+    signature = task.program.split("\n", 1)[0]
+    return f"{signature}\n    return {task.outputs[0]}"
+
+
 class ExampleSampler:
     """Draws teacher and student examples from a pool, in one prompt format."""
 
@@ -85,7 +99,7 @@ class ExampleSampler:
 
     def student(self, task_type: str) -> Example:
         task = self._view(self.rng.choices(self.pool, self.student_weights)[0], task_type)
-        answer = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task_type]
+        answer = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": simplest_program(task)}[task_type]
         return Example(f"student:{task_type}", self.fmt.student_prompt(task), self.fmt.answer_completion(task, answer))
 
     def sample(self) -> Example:
