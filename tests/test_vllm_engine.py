@@ -21,7 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from popula.adapters import AdapterStore
 from popula.engines import create_engine
 from popula.engines.base import AdapterRef, GenerationRequest
-from popula.engines.vllm_engine import VLLMEngine, vllm_max_lora_rank
+from popula.engines.vllm_engine import VLLMEngine, context_length, vllm_max_lora_rank
 from popula.errors import PopulaError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -250,3 +250,13 @@ def test_lora_rank_is_rounded_up_to_a_slot_vllm_supports():
     assert [vllm_max_lora_rank(r) for r in (1, 4, 8, 12, 16, 33)] == [1, 8, 8, 16, 16, 64]
     with pytest.raises(PopulaError, match="max_lora_rank 600"):
         vllm_max_lora_rank(600)
+
+
+def test_the_context_defaults_to_the_base_positions_and_a_longer_one_is_refused_by_name(tmp_path):
+    base = tmp_path / "base"
+    LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                max_position_embeddings=256).save_pretrained(base)
+    assert context_length(base, None) == 256  # the base has fewer positions than the 2048 default
+    assert context_length(base, 128) == 128
+    with pytest.raises(PopulaError, match="max_model_len 512 exceeds the 256 positions"):
+        context_length(base, 512)

@@ -82,6 +82,25 @@ class BaseLoRALayout:
         return cls(shapes=base_lora_shapes(base_path, targets), target_modules=targets)
 
 
+DEFAULT_MAX_MODEL_LEN = 2048  # prompt + completion: enough for the instruct format's K references
+
+
+def context_length(base_path: str | os.PathLike, requested: int | None) -> int:
+    """The engine's `max_model_len`: as requested, else 2048 or the base's positions if fewer.
+
+    vLLM refuses a length beyond the model's positions with a long traceback; checking it
+    here names the setting and the limit (the tiny base has 1024 positions).
+    """
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(base_path), "max_position_embeddings", None)
+    if requested is None:
+        return min(DEFAULT_MAX_MODEL_LEN, positions or DEFAULT_MAX_MODEL_LEN)
+    if positions is not None and requested > positions:
+        raise PopulaError(f"max_model_len {requested} exceeds the {positions} positions of the base model {base_path}")
+    return requested
+
+
 class VLLMEngine:
     """Multi-LoRA generation with vLLM; implements `popula.engines.base.Engine`.
 
@@ -94,7 +113,7 @@ class VLLMEngine:
     """
 
     def __init__(self, base_path: str | os.PathLike, *, max_loras: int = 9, max_lora_rank: int = 16,
-                 seed: int = 0, dtype: str | torch.dtype = "auto", max_model_len: int = 2048,
+                 seed: int = 0, dtype: str | torch.dtype = "auto", max_model_len: int | None = None,
                  kv_cache_gib: float | None = None, gpu_memory_utilization: float = 0.9,
                  max_num_seqs: int | None = None, enforce_eager: bool = False,
                  vllm_kwargs: dict[str, Any] | None = None) -> None:
@@ -107,14 +126,14 @@ class VLLMEngine:
             raise PopulaError(f"max_lora_rank must be >= 1, got {max_lora_rank}")
         self.base_path = Path(base_path)
         self.max_lora_rank = max_lora_rank
-        self.max_model_len = max_model_len
+        self.max_model_len = context_length(base_path, max_model_len)
         self.layout = BaseLoRALayout.of(base_path)
         if kv_cache_gib is None and current_platform.is_cpu():
             kv_cache_gib = DEFAULT_CPU_KV_CACHE_GIB
         kwargs: dict[str, Any] = dict(
             model=str(base_path), enable_lora=True, max_loras=max_loras,
             max_lora_rank=vllm_max_lora_rank(max_lora_rank), seed=seed, dtype=dtype,
-            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=self.max_model_len, gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
             # vLLM's host-side LoRA cache: room for a whole population plus its next versions,
             # so a batch's adapters are not evicted between `add_lora` and the step using them.
