@@ -36,8 +36,10 @@ class TinyRecipe:
     pool_tasks: int = 20000  # programs (each with 10 inputs) run through the sandbox: ~15 s
     difficulty: str = "mixed"
     max_references: int = 3  # teacher examples show 1..max_references (the compact format shows 3)
-    teacher_share: float = 0.25  # fraction of examples that are teacher proposals
-    student_mix: tuple[float, float, float] = (0.6, 0.1, 0.3)  # code_o, code_i, code_f shares of student examples
+    # Teacher examples are long (references + a program): at a 0.12 share they are still
+    # about a third of the tokens. code_i is learned mostly from code_o examples.
+    teacher_share: float = 0.12  # fraction of examples that are teacher proposals
+    student_mix: tuple[float, float, float] = (0.65, 0.05, 0.3)  # code_o, code_i, code_f shares of student examples
     short_power: float = 2.0  # student examples weigh programs by 1/lines**short_power
     # training
     seq_len: int = 384
