@@ -7,8 +7,9 @@ showing K=6 held-out reference tasks; a proposal counts as valid when it parses 
 the sandbox accepts it; distinct_rate is the share of valid proposals whose program and
 inputs are unique among them (distinct_programs: programs alone). Students: held-out generated tasks (the
 "heldout" stream, never in the corpus) are posed in the model's own prompt format; an
-answer counts when the sandbox judges it correct. Solve rates are for samples at
-temperature 1 (what self-play rollouts see) and, for reference, greedy decoding.
+answer counts when the sandbox judges it correct. Solve rates are the mean over
+`--samples` samples per task at temperature 1 (what self-play rollouts see: a student
+answers each task with several) and, for reference, of greedy decoding.
 
 Last line: {"valid_rate", "distinct_rate", "solve_code_o", "solve_code_i", "solve_code_f", ...}
 """
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny", help="base model spec (default: tiny, built if missing)")
     parser.add_argument("--proposals", type=int, default=60, help="teacher proposals per task type")
     parser.add_argument("--tasks", type=int, default=200, help="held-out student tasks per task type (200: a rate near 0.2 is known to +-0.03)")
+    parser.add_argument("--samples", type=int, default=4, help="samples per task at temperature 1; the solve rate is their mean (less noise than one)")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -98,9 +100,9 @@ def main() -> None:
         figures["distinct_programs"] = len(set(programs)) / max(len(programs), 1)
         # students
         for t in TASK_TYPES:
-            tasks = held[t]
-            prompts = [fmt.student_prompt(task) for task in tasks]
-            for label, temperature in (("solve", 1.0), ("greedy", 0.0)):
+            for label, temperature, k in (("solve", 1.0, args.samples), ("greedy", 0.0, 1)):
+                tasks = [task for task in held[t] for _ in range(k)]
+                prompts = [fmt.student_prompt(task) for task in tasks]
                 texts = sample(model, tokenizer, prompts, temperature=temperature, max_new_tokens=256 if t == "code_f" else 64)
                 judged: list[TaskRecord] = []
                 for task, text in zip(tasks, texts):
@@ -110,7 +112,7 @@ def main() -> None:
                 results = sandbox.verify(judged) if judged else []
                 solved = sum(1 for r in results if r.correct)
                 figures[f"{label}_{t}"] = solved / len(tasks)
-                rows.append((f"student {t}", f"T={temperature:g}", f"answered {len(judged)}/{len(tasks)}", f"solved {solved}/{len(tasks)}"))
+                rows.append((f"student {t}", f"T={temperature:g} x{k}", f"answered {len(judged)}/{len(tasks)}", f"solved {solved}/{len(tasks)}"))
     figures["seconds"] = round(time.monotonic() - start, 1)
 
     print(f"model: {args.model}  format: {fmt.name}")

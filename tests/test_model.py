@@ -78,6 +78,16 @@ def test_student_examples_follow_the_mix_and_lean_to_short_programs(pool) -> Non
     assert mean_lines[3.0] < mean_lines[0.0] - 1  # one-liners dominate when the lean is steep
 
 
+def test_teacher_proposals_lean_to_short_programs_as_steeply_as_the_recipe_says(pool) -> None:
+    fmt = CompactFormat()
+    mean_lines = {}
+    for power in (0.0, 3.0):
+        sampler = ExampleSampler(pool, fmt, random.Random(4), max_references=1, teacher_share=1.0, proposal_power=power)
+        programs = [sampler.sample().completion.split("\n>>> ")[0] for _ in range(300)]
+        mean_lines[power] = sum(p.count("\n") + 1 for p in programs) / len(programs)
+    assert mean_lines[3.0] < mean_lines[0.0] - 1
+
+
 def test_code_f_answers_for_constant_programs_are_the_constant_and_the_sandbox_accepts_them() -> None:
     from popula.sandbox import Sandbox
 

@@ -66,6 +66,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         recipe.teacher_share,
         student_mix=dict(zip(ExampleSampler.STUDENT_TYPES, recipe.student_mix)),
         short_power=recipe.short_power,
+        proposal_power=recipe.proposal_power,
     )
     sample_texts = []
     for _ in range(2000):

@@ -70,6 +70,7 @@ class ExampleSampler:
         teacher_share: float,
         student_mix: dict[str, float] | None = None,
         short_power: float = 1.0,
+        proposal_power: float = 1.0,
     ) -> None:
         if len(pool) < max_references + 1:
             raise ValueError(f"a pool of {len(pool)} tasks is too small for {max_references} references")
@@ -79,10 +80,11 @@ class ExampleSampler:
         self.max_references = max_references
         self.teacher_share = teacher_share
         self.student_mix = dict(student_mix or self.STUDENT_MIX)
-        # Proposals lean to shorter programs (weight 1/lines): a small model then proposes
-        # mostly programs it can write without a slip, and self-play pushes complexity up.
+        # Proposals lean to shorter programs (weight 1/lines**proposal_power): a small model
+        # then proposes mostly programs it can write without a slip, and self-play pushes
+        # complexity up.
         lines = [t.program.count("\n") + 1 for t in pool]
-        self.short_weights = [1.0 / n for n in lines]
+        self.short_weights = [1.0 / n**proposal_power for n in lines]
         # Student answers lean harder (1/lines**short_power): a one-liner's output can be
         # read off the input (copying, len, slicing), which is the skill a tiny model
         # learns first; a long program's exact output is out of its reach in minutes.
