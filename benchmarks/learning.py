@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see popula/cli/__init__.py
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from popula.openmp import configure_waits  # noqa: E402
+
+configure_waits()  # before torch loads
 
 from popula.config import load_config  # noqa: E402
 from popula.evaluate import EvalSettings, evaluate_target  # noqa: E402

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see popula/cli/pretrain.py: shared cores
-import torch  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from popula.openmp import configure_waits  # noqa: E402
+
+configure_waits()  # before torch loads
+import torch  # noqa: E402
 
 from popula.model.base import load_base  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402

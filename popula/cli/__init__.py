@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from popula.errors import PopulaError
+from popula.openmp import configure_waits
 
 # Subcommand modules, in the order `popula --help` lists them.
 COMMANDS: list[str] = [
@@ -42,9 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Before torch loads: OpenMP threads that spin while waiting for a busy core made
-    # training 10-20x slower on a shared 2-core machine; passive waiting costs little idle.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    configure_waits()  # before torch loads (see popula/openmp.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

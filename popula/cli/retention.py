@@ -44,10 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import os
-
-    # Passive OpenMP waits: spinning threads stall each other on shared cores (see `pretrain`).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from popula.retention import RetentionSettings, format_report, measure_run
 
     settings = RetentionSettings(operators=tuple(args.operators) if args.operators else None, steps=args.steps,
