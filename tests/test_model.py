@@ -157,6 +157,39 @@ def test_compiled_training_forward_gives_the_eager_logits_and_gradients() -> Non
     assert all(torch.allclose(g, p.grad, atol=1e-5) for g, p in zip(compiled_grads, model.parameters()))
 
 
+def _train_quick_model(pool, *, bf16: bool) -> tuple[float, torch.nn.Module]:
+    """Eight seeded steps on the same batches; returns the loss of the last and the model."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from popula.model.train import train
+
+    tok = train_tokenizer([t.program for t in pool] * 3, vocab_size=400)
+    sampler = ExampleSampler(pool, CompactFormat(), random.Random(3), max_references=1, teacher_share=0.0)
+    batches = PackedBatches(sampler.sample, tok, seq_len=64, rows=2, prompt_weight=0.1)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
+    model = LlamaForCausalLM(config)
+    stats = train(model, batches, seconds=600, lr=1e-2, max_steps=8, progress=False, bf16=bf16)
+    assert stats.steps == 8
+    return stats.final_loss, model
+
+
+def test_bf16_autocast_training_tracks_fp32_training_and_keeps_fp32_weights(pool) -> None:
+    fp32_loss, _ = _train_quick_model(pool, bf16=False)
+    bf16_loss, model = _train_quick_model(pool, bf16=True)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast, not a bf16 model
+    assert bf16_loss == pytest.approx(fp32_loss, rel=0.02)
+
+
+def test_bf16_is_used_only_where_the_cpu_multiplies_it_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    from popula.model import train as train_module
+
+    for avx512_bf16, amx, expected in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)
+        assert train_module.native_bf16() is expected
+
+
 def test_learning_rate_warms_up_then_anneals() -> None:
     assert lr_at(0.0, 1.0) < lr_at(0.05, 1.0) == pytest.approx(1.0)
     assert lr_at(0.5, 1.0) < 1.0 and lr_at(1.0, 1.0) == pytest.approx(0.05)

