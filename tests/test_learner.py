@@ -223,8 +223,10 @@ def test_a_nan_loss_skips_only_that_adapter_and_leaves_its_weights_and_optimiser
     after = learner.optimizer_state("bad")
     assert after["state"][0]["step"] == opt_before["state"][0]["step"]
     assert torch.equal(after["state"][0]["exp_avg"], opt_before["state"][0]["exp_avg"])
-    # "good" is updated exactly as if "bad" had not been there at all.
-    assert same(weights(learner, "good"), weights(reference, "good"), atol=1e-6)
+    # "good" is updated as if "bad" had not been there at all, up to fp32 rounding (the mixed
+    # batch has another shape, so sums run in another order: ~2e-6 on weights of ~0.4); a
+    # leak from "bad" would move weights by about one step, lr = 1e-2.
+    assert same(weights(learner, "good"), weights(reference, "good"), atol=1e-5)
     assert metrics["adapters"]["good"]["grad_norm"] is not None
     assert all(torch.isfinite(t).all() for t in weights(learner, "bad").values())
 

@@ -131,8 +131,11 @@ def test_gradient_to_each_adapter_equals_peft_training_it_alone_on_its_rows(make
             gb = layer.lora_B[slot_of[name]].grad
             ref_a = peft_grads[f"base_model.model.{path}.lora_A.{name}.weight"]
             ref_b = peft_grads[f"base_model.model.{path}.lora_B.{name}.weight"]
-            torch.testing.assert_close(ga[:rank], ref_a, rtol=1e-4, atol=1e-6)
-            torch.testing.assert_close(gb[:, :rank], ref_b, rtol=1e-4, atol=1e-6)
+            # Equal up to fp32 rounding: the two sum in different orders (grouped matmul over
+            # mixed rows vs PEFT on one adapter's rows), so near-zero entries differ by ~1e-6
+            # of the gradient's scale; a wrong row or slot would be off by the scale itself.
+            for got, ref in ((ga[:rank], ref_a), (gb[:, :rank], ref_b)):
+                torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
             assert not ga[rank:].any() and not gb[:, rank:].any()  # zero padding stays zero
 
 
