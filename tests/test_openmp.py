@@ -11,19 +11,24 @@ import pytest
 from popula.openmp import SPIN_COUNT, configure_waits
 
 
-def test_without_a_user_setting_threads_spin_briefly_then_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+@pytest.fixture
+def no_wait_settings(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Neither variable set, and whatever a test sets is undone after it."""
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        monkeypatch.setenv(name, "")  # recorded first, so the undo restores the original
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_without_a_user_setting_threads_spin_briefly_then_sleep(no_wait_settings: pytest.MonkeyPatch) -> None:
     configure_waits()
     assert os.environ["GOMP_SPINCOUNT"] == str(SPIN_COUNT)
     assert "OMP_WAIT_POLICY" not in os.environ
 
 
 @pytest.mark.parametrize("name, value", [("OMP_WAIT_POLICY", "PASSIVE"), ("OMP_WAIT_POLICY", "ACTIVE"), ("GOMP_SPINCOUNT", "0")])
-def test_a_user_setting_is_left_alone(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    monkeypatch.setenv(name, value)
+def test_a_user_setting_is_left_alone(no_wait_settings: pytest.MonkeyPatch, name: str, value: str) -> None:
+    no_wait_settings.setenv(name, value)
     configure_waits()
     assert os.environ[name] == value
     assert ("GOMP_SPINCOUNT" in os.environ) == (name == "GOMP_SPINCOUNT")
