@@ -8,12 +8,12 @@ loop (2 torch threads on a 2-core machine, `OMP_WAIT_POLICY` / `GOMP_SPINCOUNT` 
 | wait                          | idle machine | 4 busy processes beside it |
 |-------------------------------|--------------|----------------------------|
 | spin until work (ACTIVE)      | 9.6 steps/s  | 0.37 steps/s               |
-| libgomp's default (~3 ms)     | -            | (10-20x slower than PASSIVE in earlier runs) |
 | sleep at once (PASSIVE)       | 5.8          | 2.17                       |
 | spin 1000 rounds (~10 us)     | 7.4          | 2.04                       |
 
 A spin of about 10 microseconds keeps most of the idle machine's speed and almost all of
-the shared machine's; an unbounded spin is catastrophic when cores are oversubscribed.
+the shared machine's; an unbounded spin is catastrophic when cores are oversubscribed, and
+libgomp's own default (~3 ms) made training 10-20x slower on a shared machine in earlier runs.
 Libraries read these variables once, when libgomp loads, so this must run before the
 first `import torch`; a user's own setting of either variable wins.
 """

@@ -158,7 +158,7 @@ def test_compiled_training_forward_gives_the_eager_logits_and_gradients() -> Non
 
 
 def _train_quick_model(pool, *, bf16: bool) -> tuple[float, torch.nn.Module]:
-    """Eight seeded steps on the same batches; returns the loss of the last and the model."""
+    """Eight seeded steps on the same batches; returns the final (smoothed) loss and the model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from popula.model.train import train

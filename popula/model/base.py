@@ -94,8 +94,8 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     if seconds_left <= 0:
         raise PopulaError(f"--minutes {recipe.minutes} leaves no time to train after building the corpus; give more minutes")
     bf16 = recipe.bf16 and native_bf16()
+    precision = "bf16-autocast" if bf16 else "fp32"
     if progress:
-        precision = "bf16 autocast" if bf16 else "fp32"
         print(f"popula pretrain: training {n_params / 1e6:.2f}M parameters for {seconds_left:.0f}s on {torch.get_num_threads()} threads ({precision})")
     # compiling costs ~25 s up front and pays back only on builds of minutes
     stats = train(model, batches, seconds=seconds_left, lr=recipe.lr, progress=progress, compile=seconds_left >= 180, bf16=bf16)
@@ -109,7 +109,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         "steps": stats.steps,
         "tokens": stats.tokens,
         "train_seconds": round(stats.seconds, 1),
-        "precision": "bf16-autocast" if bf16 else "fp32",
+        "precision": precision,
         "final_loss": round(stats.final_loss, 4),
         "skipped_examples": batches.skipped,
     }
