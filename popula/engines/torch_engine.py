@@ -263,7 +263,8 @@ class TorchEngine:
                 _select_cache_rows(cache, keep)
                 batch, mask, next_pos, tok = batch[keep], mask[keep], next_pos[keep], tok[keep]
                 alive = alive[keep]
-                self.model.set_routing(slots[keep.cpu()])
+                slots = slots[keep.cpu()]  # positions in the compacted batch, not the original rows
+                self.model.set_routing(slots)
             logits = self.model(input_ids=tok.unsqueeze(-1), attention_mask=mask, position_ids=next_pos,
                                 past_key_values=cache, use_cache=True).logits[:, -1]
             next_pos = next_pos + 1
