@@ -12,7 +12,7 @@ from popula.model.recipe import TinyRecipe
 
 # A tiny base built in seconds: it proposes almost nothing valid, but it is a real
 # Hugging Face model of the real recipe, enough to drive every component of a run.
-QUICK_RECIPE = TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2)
+QUICK_RECIPE = TinyRecipe(train_steps=150, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import COMPACT_EOS, CompactFormat, prompt_format, stop_token_ids
 from popula.tasks.records import TaskRecord
 
-QUICK = TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2)
+QUICK = TinyRecipe(train_steps=150, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0)
 
 
 @pytest.fixture(scope="module")
@@ -157,21 +157,35 @@ def test_compiled_training_forward_gives_the_eager_logits_and_gradients() -> Non
     assert all(torch.allclose(g, p.grad, atol=1e-5) for g, p in zip(compiled_grads, model.parameters()))
 
 
-def _train_quick_model(pool, *, bf16: bool) -> tuple[float, torch.nn.Module]:
-    """Eight seeded steps on the same batches; returns the final (smoothed) loss and the model."""
+def _quick_batches(pool) -> tuple[PackedBatches, torch.nn.Module]:
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from popula.model.train import train
 
     tok = train_tokenizer([t.program for t in pool] * 3, vocab_size=400)
     sampler = ExampleSampler(pool, CompactFormat(), random.Random(3), max_references=1, teacher_share=0.0)
     batches = PackedBatches(sampler.sample, tok, seq_len=64, rows=2, prompt_weight=0.1)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
-    model = LlamaForCausalLM(config)
-    stats = train(model, batches, seconds=600, lr=1e-2, max_steps=8, progress=False, bf16=bf16)
-    assert stats.steps == 8
+    return batches, LlamaForCausalLM(config)
+
+
+def _train_quick_model(pool, *, bf16: bool) -> tuple[float, torch.nn.Module]:
+    """Eight seeded steps on the same batches; returns the final (smoothed) loss and the model."""
+    from popula.model.train import train
+
+    batches, model = _quick_batches(pool)
+    stats = train(model, batches, steps=8, lr=1e-2, progress=False, bf16=bf16)
+    assert stats.steps == 8 and not stats.stopped_early
     return stats.final_loss, model
+
+
+def test_training_runs_the_recipes_steps_whatever_the_clock_and_a_time_limit_says_it_cut_them(pool) -> None:
+    from popula.model.train import train
+
+    batches, model = _quick_batches(pool)
+    first = train(model, batches, steps=5, lr=1e-2, progress=False)
+    assert (first.steps, first.stopped_early) == (5, False)
+    cut = train(model, batches, steps=5, lr=1e-2, time_limit=0.0, progress=False)
+    assert (cut.steps, cut.stopped_early) == (0, True)
 
 
 def test_bf16_autocast_training_tracks_fp32_training_and_keeps_fp32_weights(pool) -> None:
@@ -210,8 +224,9 @@ def test_tiny_is_built_once_in_the_cache_in_hugging_face_format(cache) -> None:
 
 
 def test_a_changed_recipe_or_corpus_source_means_another_cache_entry() -> None:
-    assert tiny_path(QUICK) != tiny_path(TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2, lr=1e-3))
-    assert tiny_path(QUICK) == tiny_path(TinyRecipe(minutes=0.3, pool_tasks=40, seq_len=256, batch_rows=2))
+    assert tiny_path(QUICK) != tiny_path(TinyRecipe(train_steps=150, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0, lr=1e-3))
+    assert tiny_path(QUICK) != tiny_path(TinyRecipe(train_steps=151, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0))
+    assert tiny_path(QUICK) == tiny_path(TinyRecipe(train_steps=150, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0))
 
 
 @pytest.mark.slow
@@ -291,10 +306,13 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
     from popula.tasks.records import read_records
 
     out = tmp_path / "tiny"
-    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--minutes", "0.4"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--steps", "30", "--heldout", "12"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").is_file() and f"saved to {out}" in done.stdout
     assert "pretrain" in done.stderr  # the progress bar
+    summary = json.loads((out / MARKER).read_text())
+    assert summary["steps"] == 30 and summary["stopped_early"] is False
+    assert summary["heldout"]["tasks"] == 12 and 0.0 <= summary["heldout"]["greedy_pass1"] <= 1.0
 
     tasks_file = tmp_path / "held.jsonl"
     done = subprocess.run([sys.executable, "-m", "popula", "tasks", "--n", "12", "--seed", "3", "--out", str(tasks_file)], capture_output=True, text=True)
@@ -304,3 +322,5 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
 
     bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--minutes", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--minutes" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--steps", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--steps" in bad.stderr

@@ -202,6 +202,8 @@ class PopulationLearner:
         """One policy-gradient update of every adapter that has rollouts here.
 
         Returns metrics: totals (`tokens`, `rows`, `microbatches`, `loss`, `logprob_gap`,
+        `logprob_gap_max` (the largest of the adapters' gaps: one adapter served with the
+        wrong weights shows here even when the token-weighted mean hides it),
         `clip_fraction`, `skipped`) and per adapter (`adapters[name]`: loss, logprob_gap,
         clip_fraction, grad_norm, tokens, rows, advantage_mean, versions, kl when
         measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
@@ -469,6 +471,8 @@ class _Stats:
             "microbatches": microbatches,
             "loss": _finite(sum(self.loss[n] * tokens[n] for n in per) / total) if total else None,
             "logprob_gap": (sum(g for g, _ in finite_gap) / sum(t for _, t in finite_gap)) if finite_gap else None,
+            "logprob_gap_max": max((e["logprob_gap"] for e in per.values() if e["logprob_gap"] is not None),
+                                   default=None),
             "clip_fraction": sum(self.clipped[n] for n in per) / total if total else 0.0,
             "skipped": skipped,
             "adapters": per,

@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,15 @@ def tiny_path(recipe: TinyRecipe) -> Path:
     return cache_root() / f"tiny-{recipe.digest()}"
 
 
-def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool = True, workers: int = 2, started: float | None = None) -> dict[str, Any]:
+def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool = True, workers: int = 2,
+               max_minutes: float | None = None) -> dict[str, Any]:
     """Build the tiny base into `out` (replaced atomically); returns the build summary.
 
-    The budget (`recipe.minutes`) counts from `started` (a `time.monotonic()` reading; the
-    CLI passes its own start, so library imports count too) and covers corpus, training
-    and saving.
+    Training runs the recipe's `train_steps`. `max_minutes` (None: no limit) caps the
+    training time; a build it cuts short is saved with a warning and `"stopped_early": true`
+    in popula_tiny.json, because it is weaker than the recipe promises. The summary also
+    holds the model's greedy pass@1 on `recipe.heldout_tasks` held-out generated tasks, so
+    two builds can be compared without rerunning anything.
     """
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -49,14 +53,13 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     from popula.model.train import PackedBatches, native_bf16, train
     from popula.tasks.prompts import CompactFormat
 
-    start = time.monotonic() if started is None else started
-    budget = recipe.minutes * 60
+    start = time.monotonic()
     torch.manual_seed(recipe.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
     if progress:
-        print(f"popula pretrain: generating {recipe.pool_size} programs and running them in the sandbox")
-    pool = build_pool(recipe.pool_size, recipe.seed, recipe.difficulty, workers=workers)
+        print(f"popula pretrain: generating {recipe.pool_tasks} programs and running them in the sandbox")
+    pool = build_pool(recipe.pool_tasks, recipe.seed, recipe.difficulty, workers=workers)
     fmt = CompactFormat()
     sampler = ExampleSampler(
         pool,
@@ -90,15 +93,19 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     model = LlamaForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     batches = PackedBatches(sampler.sample, tokenizer, recipe.seq_len, recipe.batch_rows, recipe.prompt_weight)
-    seconds_left = budget - (time.monotonic() - start) - min(10.0, 0.05 * budget)  # saving and exit
-    if seconds_left <= 0:
-        raise PopulaError(f"--minutes {recipe.minutes} leaves no time to train after building the corpus; give more minutes")
     bf16 = recipe.bf16 and native_bf16()
     precision = "bf16-autocast" if bf16 else "fp32"
     if progress:
-        print(f"popula pretrain: training {n_params / 1e6:.2f}M parameters for {seconds_left:.0f}s on {torch.get_num_threads()} threads ({precision})")
+        print(f"popula pretrain: training {n_params / 1e6:.2f}M parameters for {recipe.train_steps} steps on "
+              f"{torch.get_num_threads()} threads ({precision})")
     # compiling costs ~25 s up front and pays back only on builds of minutes
-    stats = train(model, batches, seconds=seconds_left, lr=recipe.lr, progress=progress, compile=seconds_left >= 180, bf16=bf16)
+    time_limit = None if max_minutes is None else max(0.0, max_minutes * 60 - (time.monotonic() - start))
+    stats = train(model, batches, steps=recipe.train_steps, lr=recipe.lr, time_limit=time_limit, progress=progress,
+                  compile=recipe.train_steps >= 1000, bf16=bf16)
+    if stats.stopped_early:
+        warnings.warn(f"popula pretrain: the {max_minutes}-minute limit stopped training after {stats.steps} of "
+                      f"{recipe.train_steps} steps; this model is weaker than the recipe's (stopped_early in {MARKER})",
+                      RuntimeWarning, stacklevel=2)
 
     summary = {
         "recipe": recipe.__dict__,
@@ -107,6 +114,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         "parameters": n_params,
         "pool_tasks": len(pool),
         "steps": stats.steps,
+        "stopped_early": stats.stopped_early,
         "tokens": stats.tokens,
         "train_seconds": round(stats.seconds, 1),
         "precision": precision,
@@ -119,12 +127,42 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    if recipe.heldout_tasks:
+        if progress:
+            print(f"popula pretrain: greedy pass@1 on {recipe.heldout_tasks} held-out tasks")
+        summary["heldout"] = heldout_pass1(tmp, recipe.heldout_tasks, seed=recipe.seed, workers=workers)
     (tmp / MARKER).write_text(json.dumps(summary, indent=2) + "\n")
     if out.exists():
         shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.replace(out)
     return summary
+
+
+HELDOUT_SEED_OFFSET = 777  # the build's held-out tasks: a seed its corpus (recipe.seed) never uses
+
+
+def heldout_pass1(model_dir: Path, n: int, *, seed: int, workers: int = 2) -> dict[str, Any]:
+    """Greedy pass@1 of a model directory on `n` generated held-out tasks (all task types).
+
+    The tasks come from the held-out namespace of the program generator, which no corpus
+    draws from, at a seed offset from the recipe's; greedy so the figure is deterministic.
+    """
+    from popula.engines.torch_engine import TorchEngine
+    from popula.evaluate import EvalSettings, evaluate
+    from popula.sandbox import Sandbox
+    from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
+
+    tasks = generate_tasks(n, seed + HELDOUT_SEED_OFFSET, namespace=HELDOUT_NAMESPACE, workers=workers)
+    engine = TorchEngine(model_dir, max_adapters=1)
+    try:
+        with Sandbox(workers=workers) as sandbox:
+            report = evaluate(engine, engine.tokenizer, tasks, adapter=None, sandbox=sandbox,
+                              settings=EvalSettings(samples=1, temperature=0.0))
+    finally:
+        engine.close()
+    return {"tasks": n, "seed": seed + HELDOUT_SEED_OFFSET, "greedy_pass1": round(report.overall.pass_at_1, 4),
+            "by_type": {t: round(g.pass_at_1, 4) for t, g in report.by_type.items()}}
 
 
 def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress: bool = True) -> Path | str:

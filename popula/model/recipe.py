@@ -2,7 +2,9 @@
 
 The cache is keyed by this hash, so changing any field (or the program generator or
 prompt formats the corpus is written with) builds a new model instead of reusing a stale
-one. The defaults are sized for 2 CPU cores and 10 minutes.
+one. The training amount is a number of optimiser steps, not a time budget, so two
+machines build models of the same quality from the same recipe; a slower machine only
+takes longer. The defaults take about 10 minutes on 2 idle CPU cores.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from popula.errors import PopulaError
 
 # Bump when the build code changes what a recipe means (training loop, corpus mix).
-BUILD_VERSION = 3
+BUILD_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class TinyRecipe:
     """How to build the tiny base: tokenizer, model shape, corpus and training budget."""
 
     seed: int = 0
-    minutes: float = 10.0  # wall-clock budget for the whole build: corpus and training
+    train_steps: int = 5000  # optimiser steps of the cold start: the training amount
     # tokenizer
     vocab_size: int = 1024
     # model (LlamaConfig)
@@ -48,21 +50,16 @@ class TinyRecipe:
     lr: float = 3e-3
     prompt_weight: float = 0.1  # loss weight of prompt tokens (completion tokens weigh 1)
     bf16: bool = True  # matrix products under bf16 autocast where the CPU has native bf16
+    # held-out check written to popula_tiny.json: greedy pass@1 on this many generated tasks
+    heldout_tasks: int = 300
 
     def __post_init__(self) -> None:
-        if self.minutes <= 0:
-            raise PopulaError(f"minutes must be positive, got {self.minutes}")
+        if self.train_steps < 1:
+            raise PopulaError(f"train_steps must be at least 1, got {self.train_steps}")
+        if self.heldout_tasks < 0:
+            raise PopulaError(f"heldout_tasks must be >= 0, got {self.heldout_tasks}")
         if self.hidden_size % self.heads:
             raise PopulaError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
-
-    @property
-    def pool_size(self) -> int:
-        """Programs in the corpus pool: `pool_tasks` for a 10-minute build, fewer for less.
-
-        Generating and sandboxing the pool takes a fixed share of the budget, so a short
-        build (tests, trials) does not spend all of it running programs.
-        """
-        return max(40, round(self.pool_tasks * min(1.0, self.minutes / 10)))
 
     def digest(self) -> str:
         """A short hash of the recipe and of the sources that write its corpus."""

@@ -1,13 +1,14 @@
-"""Supervised cold-start training on a wall-clock budget, on CPU.
+"""Supervised cold-start training for a fixed number of steps, on CPU.
 
 Examples are tokenised as prompt + completion + `<|end|>` and packed back to back into
 rows of `seq_len + 1` tokens (no padding is wasted). Completion tokens carry loss weight 1;
 prompt tokens a smaller weight, because they are programs too and teach the model the
 language, but the answers are what it must get right. The learning rate warms up and
-then follows a cosine over the *time* budget, so a run always ends annealed whatever the
-machine's speed. Because the budget is time, speed is quality: where the CPU multiplies
-bf16 natively the matrix products run under bf16 autocast (weights, optimiser and loss
-stay fp32), which trains ~15% more steps in the same minutes.
+then follows a cosine over the *steps*, so the amount of training -- and with it the
+model's quality -- is the recipe's, whatever the machine's speed or load. An optional time
+limit stops a build early, and says so loudly: such a model is not the recipe's.
+Where the CPU multiplies bf16 natively the matrix products run under bf16 autocast
+(weights, optimiser and loss stay fp32): the same steps, sooner.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class TrainStats:
     tokens: int
     seconds: float
     final_loss: float
+    stopped_early: bool = False  # the time limit ended training before the recipe's steps
 
 
 class PackedBatches:
@@ -73,7 +75,7 @@ class PackedBatches:
 
 
 def lr_at(fraction: float, peak: float, warmup: float = 0.05, floor: float = 0.05) -> float:
-    """Warm up linearly, then cosine down to `floor * peak`, over the fraction of time spent."""
+    """Warm up linearly, then cosine down to `floor * peak`, over the fraction of steps done."""
     if fraction < warmup:
         return peak * max(fraction / warmup, 0.02)
     progress = min(1.0, (fraction - warmup) / (1 - warmup))
@@ -111,16 +113,17 @@ def train(
     model: torch.nn.Module,
     batches: PackedBatches,
     *,
-    seconds: float,
+    steps: int,
     lr: float,
-    max_steps: int | None = None,
+    time_limit: float | None = None,
     progress: bool = True,
     compile: bool = False,
     bf16: bool = False,
 ) -> TrainStats:
-    """Train until `seconds` pass (or `max_steps`), then return what was done.
+    """Train for `steps` optimiser steps, or until `time_limit` seconds pass, whichever is first.
 
-    The compile warm-up counts against `seconds`: the budget is wall-clock. `bf16` runs
+    The learning-rate schedule runs over `steps`, so a time limit cuts it short before the
+    annealing is done: the caller must say so (`TrainStats.stopped_early`). `bf16` runs
     the forward (and so the backward) under bf16 autocast.
     """
     start = time.monotonic()
@@ -134,15 +137,16 @@ def train(
         with autocast:
             forward = compiled_forward(model, ids[:, :-1])
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    steps = tokens = 0
+    done = tokens = 0
     ema = float("nan")
-    bar = tqdm(total=round(seconds), unit="s", desc="pretrain", disable=not progress, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s {postfix}")
-    while True:
-        elapsed = time.monotonic() - start
-        if elapsed >= seconds or (max_steps is not None and steps >= max_steps):
+    stopped_early = False
+    bar = tqdm(total=steps, unit="step", desc="pretrain", disable=not progress, mininterval=1.0)
+    while done < steps:
+        if time_limit is not None and time.monotonic() - start >= time_limit:
+            stopped_early = True
             break
         for group in opt.param_groups:
-            group["lr"] = lr_at(elapsed / seconds, lr)
+            group["lr"] = lr_at(done / steps, lr)
         ids, weights = batches.next_batch()
         with autocast:
             logits = forward(ids[:, :-1])
@@ -153,12 +157,12 @@ def train(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        steps += 1
+        done += 1
         tokens += ids.numel()
         ema = loss.item() if math.isnan(ema) else 0.95 * ema + 0.05 * loss.item()
-        now = time.monotonic() - start
-        bar.update(min(now, seconds) - bar.n)
-        bar.set_postfix_str(f"step {steps} loss {ema:.3f} tok/s {tokens / max(now, 1e-9):.0f}", refresh=False)
+        bar.update(1)
+        bar.set_postfix_str(f"loss {ema:.3f} tok/s {tokens / max(time.monotonic() - start, 1e-9):.0f}", refresh=False)
     bar.close()
     model.eval()
-    return TrainStats(steps=steps, tokens=tokens, seconds=time.monotonic() - start, final_loss=ema)
+    return TrainStats(steps=done, tokens=tokens, seconds=time.monotonic() - start, final_loss=ema,
+                      stopped_early=stopped_early)

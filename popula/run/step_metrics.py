@@ -34,6 +34,7 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "cyclomatic": _mean([c.cyclomatic for c in complexity]),
         "loc": _mean([c.loc for c in complexity]),
         "n_vars": _mean([c.n_vars for c in complexity]),
+        "logprob_gap_max": learn.get("logprob_gap_max"),
         "tokens_generated": tokens,
         "verify_per_s": round(game.verified / game.verify_s, 1) if game.verify_s > 0 else None,
         "evolved": evolved,
