@@ -6,8 +6,12 @@ adapter set, the league and the optimiser state, and records the lineage. No ten
 no trainer imports here, so the plan is easy to test and to log before acting on it.
 
 Rules (all seeded from ``(config.seed, step, role)``, so a resumed run plans the same):
-- Every ``every`` steps (step > 0), in each role, the ``replace_bottom`` members with the
-  lowest conservative rating ``mu - 3 sigma`` are replaced (ties: by name).
+- Every ``every`` steps (step > 0), in each role, the ``replace_bottom`` *ready* members
+  with the lowest conservative rating ``mu - 3 sigma`` are replaced (ties: by name).
+  Ready, as in population-based training: trained at least ``min_age`` steps since its
+  birth (the caller passes ages). Without this rule a newborn child, whose rating has
+  not yet caught up with its weights, is the easiest victim and is replaced before it
+  has trained at all; the population then churns one slot forever.
 - Parents come from the survivors only. ``selection="tournament"``: draw
   ``tournament_size`` distinct survivors uniformly, keep the best conservative rating;
   a crossover runs two tournaments, the second without the first winner.
@@ -76,9 +80,12 @@ class EvolutionConfig:
     sigma_widen: float = 1.5
     sigma_cap: float | None = None
     optimizer_state: Literal["reset", "inherit"] = "reset"
+    min_age: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.min_age < 0:
+            raise EvolutionError(f"evolution.min_age must be >= 0, got {self.min_age}")
         if self.every < 1:
             raise EvolutionError(f"evolution.every must be >= 1, got {self.every}")
         if self.replace_bottom < 0:
@@ -185,11 +192,15 @@ def child_name(old: str, step: int) -> str:
 
 
 def plan_replacements(
-    step: int, ratings: Mapping[str, Mapping[str, Rating]], config: EvolutionConfig
+    step: int, ratings: Mapping[str, Mapping[str, Rating]], config: EvolutionConfig,
+    ages: Mapping[str, int] | None = None,
 ) -> list[Replacement]:
     """The replacements to make at ``step``; empty when it is not an evolution step.
 
-    ``ratings`` maps role (e.g. "teacher", "student") to {member name: (mu, sigma)}.
+    ``ratings`` maps role (e.g. "teacher", "student") to {member name: (mu, sigma)};
+    ``ages`` maps member name to steps trained since birth (None: everyone is ready).
+    Only members with age >= ``config.min_age`` can be replaced; when fewer are ready than
+    ``replace_bottom``, fewer are replaced.
     """
     if not config.due(step) or config.replace_bottom == 0:
         return []
@@ -202,8 +213,10 @@ def plan_replacements(
                 f"{config.replace_bottom} would leave no parents (evolution.replace_bottom)"
             )
         rng = random.Random(f"evolution:{config.seed}:{step}:{role}")
-        order = sorted(members, key=lambda name: (conservative(members[name]), name))
-        victims, survivors = order[: config.replace_bottom], order[config.replace_bottom :]
+        ready = [n for n in members if ages is None or ages.get(n, 0) >= config.min_age]
+        order = sorted(ready, key=lambda name: (conservative(members[name]), name))
+        victims = order[: config.replace_bottom]
+        survivors = [n for n in members if n not in victims]
         for old in victims:
             operator = _draw_operator(rng, config, len(survivors))
             parents = _select(rng, {n: members[n] for n in survivors}, OPERATORS[operator].n_parents, config)

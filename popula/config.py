@@ -116,6 +116,9 @@ class EvolutionSection(_Section):
     operator_mix: dict[str, float] | None = Field(None, description="operator -> weight; None: the default mix")
     strengths: dict[str, float] = Field(default_factory=dict, description="operator -> strength override")
     optimizer_state: Literal["reset", "inherit"] = "reset"
+    min_age: int = Field(
+        20, ge=0, description="steps a member trains after its birth before it may be replaced (PBT readiness)"
+    )
 
     def build(self, seed: int):
         """The evolution package's own config (which checks operator names)."""
@@ -126,7 +129,7 @@ class EvolutionSection(_Section):
                 every=self.every, replace_bottom=self.replace_bottom, selection=self.selection,
                 tournament_size=self.tournament_size, temperature=self.temperature,
                 operator_mix=dict(self.operator_mix or DEFAULT_MIX), strengths=dict(self.strengths),
-                optimizer_state=self.optimizer_state, seed=seed,
+                optimizer_state=self.optimizer_state, min_age=self.min_age, seed=seed,
             )
         except EvolutionError as err:
             raise PopulaError(f"invalid config: {err}") from None

@@ -38,6 +38,18 @@ def test_the_bottom_m_of_each_role_by_conservative_rating_are_replaced():
     assert replaced == {("teacher", "T0"), ("teacher", "T2"), ("student", "S3"), ("student", "S0")}
 
 
+def test_only_members_that_trained_min_age_steps_are_replaced_and_the_young_still_breed():
+    config = EvolutionConfig(every=10, replace_bottom=1, min_age=20, operator_mix={"gaussian": 1.0})
+    ages = {"T0": 5, "T1": 40, "T2": 40, "T3": 40, "S0": 40, "S1": 40, "S2": 40, "S3": 19}
+    replaced = {r.role: r.old for r in plan_replacements(40, RATINGS, config, ages)}
+    # T0 (weakest) and S3 (weakest) are too young: the weakest *ready* members go instead.
+    assert replaced == {"teacher": "T2", "student": "S0"}
+    nobody_ready = {name: 3 for role in RATINGS.values() for name in role}
+    assert plan_replacements(40, RATINGS, config, nobody_ready) == []
+    everyone_young_but_parents = plan_replacements(40, RATINGS, EvolutionConfig(every=10, min_age=20), ages)
+    assert all(r.old != "T0" for r in everyone_young_but_parents)
+
+
 def test_parents_are_survivors_and_crossovers_get_two_distinct_ones():
     config = EvolutionConfig(every=1, replace_bottom=2, operator_mix={"interpolate": 1.0})
     for step in range(1, 30):

@@ -42,7 +42,7 @@ def test_table_lists_every_member_by_role_best_conservative_rating_first(tmp_pat
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "league after step 11"
-    assert lines[1].split() == ["role", "name", "mu", "sigma", "mu-3sd", "matches", "win%", "gen", "parents", "status"]
+    assert lines[1].split() == ["role", "name", "mu", "sigma", "mu-3sd", "matches", "win%", "age", "gen", "parents", "status"]
     names = [line.split()[1] for line in lines[2:] if line.strip()]
     expected = [m.name for role in ("teacher", "student") for m in league.ranked(role, include_retired=True)]
     assert names == expected
@@ -61,6 +61,7 @@ def test_json_output_is_one_object_for_tools(tmp_path, capsys):
     child = rows["t_child"]
     assert child["parents"] == ["t_strong"] and child["generation"] == 1 and child["alive"]
     assert rows["t_weak"]["replaced_by"] == "t_child" and not rows["t_weak"]["alive"]
+    assert rows["t_weak"]["age"] == 11 and child["age"] == 0  # steps trained: to replacement, or to now
     s = rows["s_strong"]
     assert s["conservative"] == pytest.approx(s["mu"] - 3 * s["sigma"])
     assert s["matches"] == s["wins"] + s["draws"] + s["losses"] > 0

@@ -60,12 +60,19 @@ def standings(league) -> list[dict]:
                 "generation": m.generation, "parents": m.parents, "operator": m.operator,
                 "born_step": m.born_step, "alive": m.alive, "replaced_by": m.replaced_by,
                 "replaced_at_step": m.replaced_at_step,
+                "age": _age(m, league.step), "early_rewards": [list(e) for e in m.early_rewards],
             })
     return rows
 
 
+def _age(member, step: int | None) -> int | None:
+    """Steps a member trained: to the last closed step if alive, to its replacement if not."""
+    end = member.replaced_at_step if not member.alive else step
+    return None if end is None else end - member.born_step
+
+
 def format_table(rows: list[dict], step: int | None) -> str:
-    header = ["role", "name", "mu", "sigma", "mu-3sd", "matches", "win%", "gen", "parents", "status"]
+    header = ["role", "name", "mu", "sigma", "mu-3sd", "matches", "win%", "age", "gen", "parents", "status"]
     body = []
     for r in rows:
         status = "alive" if r["alive"] else f"replaced by {r['replaced_by']} @{r['replaced_at_step']}"
@@ -75,10 +82,10 @@ def format_table(rows: list[dict], step: int | None) -> str:
         body.append([
             r["role"], r["name"], f"{r['mu']:.2f}", f"{r['sigma']:.2f}", f"{r['conservative']:.2f}",
             str(r["matches"]), "-" if r["win_rate"] is None else f"{100 * r['win_rate']:.0f}",
-            str(r["generation"]), parents, status,
+            "-" if r["age"] is None else str(r["age"]), str(r["generation"]), parents, status,
         ])
     widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(header)]
-    numeric = {2, 3, 4, 5, 6, 7}
+    numeric = {2, 3, 4, 5, 6, 7, 8}
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()

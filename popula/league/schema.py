@@ -32,7 +32,10 @@ class LeagueConfig(BaseModel):
     # Let retired ancestors of alive members stay in the pools as frozen opponents.
     past_versions: bool = False
     # Extra rating sd of an evolved child on top of its parents' (see ratings.child_rating).
-    sigma_widen: float = Field(25.0 / 9.0, ge=0)
+    # Small: the child inherits its parents' rating, so it is judged as what it is (their
+    # weights, slightly moved); evolution's readiness rule, not a low rating, decides when
+    # it may be replaced.
+    sigma_widen: float = Field(1.0, ge=0)
 
 
 class Member(BaseModel):
@@ -51,6 +54,13 @@ class Member(BaseModel):
     sigma: float = Field(gt=0)
     # (step, mu, sigma) at the end of each step the member was alive (or played).
     history: list[tuple[int, float, float]] = Field(default_factory=list)
+    # In-run retention of an evolved child: (step, its mean reward, its alive parents' mean
+    # reward) over its first steps, while it is not yet ready to be replaced.
+    early_rewards: list[tuple[int, float | None, float | None]] = Field(default_factory=list)
+
+    def age(self, step: int) -> int:
+        """Steps trained since birth, as of the end of `step`."""
+        return step - self.born_step
 
     @property
     def conservative(self) -> float:

@@ -196,14 +196,41 @@ class PopulationRun:
             self.store.save(adapter, self.learner.adapter_state(adapter))
         update_s = time.perf_counter() - t0
 
-        for match in matches:
-            self.league.record_match(step, match.teacher, match.student, match_results(game, match))
+        records = [self.league.record_match(step, match.teacher, match.student, match_results(game, match))
+                   for match in matches]
         self.league.end_step(step)
+        retention = self._record_retention(step, game)
         self._add_to_buffer(step, game)
         evolved = self._evolve(step)
         self.league.save(self.run_dir / "league.json")
         return step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start,
-                        phases={"play_s": play_s, "verify_s": game.verify_s, "update_s": update_s})
+                        phases={"play_s": play_s, "verify_s": game.verify_s, "update_s": update_s},
+                        matches=records, retention=retention)
+
+    def _record_retention(self, step: int, game: StepGame) -> list[dict[str, Any]]:
+        """Each young evolved child's mean reward this step beside its alive parents' (in-run retention).
+
+        Young: not yet ready to be replaced (age < evolution.min_age). The figures go to the
+        metrics row and to the child's `early_rewards` in league.json.
+        """
+        if self.evolution is None:
+            return []
+        rewards: dict[str, list[float]] = {}
+        for p in game.proposals:
+            rewards.setdefault(p.teacher, []).append(p.reward)
+        for a in game.attempts:
+            rewards.setdefault(a.student, []).append(a.reward)
+        mean = {m: float(np.mean(r)) for m, r in rewards.items()}
+        out = []
+        for member in self.league.members.values():
+            if not member.alive or not member.parents or member.age(step) > self.evolution.min_age:
+                continue
+            parents = [mean[p] for p in member.parents if p in mean]
+            entry = (step, mean.get(member.name), float(np.mean(parents)) if parents else None)
+            member.early_rewards.append(entry)
+            out.append({"member": member.name, "age": member.age(step), "reward": entry[1],
+                        "parents_reward": entry[2]})
+        return out
 
     def _training_samples(self, game: StepGame) -> list[Any]:
         from popula.learner import Rollout
@@ -239,8 +266,9 @@ class PopulationRun:
         if self.evolution is None:
             return []
         ratings = {role: {m.name: (m.mu, m.sigma) for m in self.league.alive(role)} for role in ("teacher", "student")}
+        ages = {m.name: m.age(step) for role in ("teacher", "student") for m in self.league.alive(role)}
         evolved = []
-        for plan in plan_replacements(step, ratings, self.evolution):
+        for plan in plan_replacements(step, ratings, self.evolution, ages):
             parents = {p: self.learner.adapter_state(self.roster.adapter_of[p]) for p in plan.parents}
             child = make_child(plan, parents)
             inherited = (self.learner.optimizer_state(self.roster.adapter_of[plan.parents[0]])
@@ -252,7 +280,7 @@ class PopulationRun:
             self.store.save(plan.child, child)
             self.roster.adapter_of[plan.child] = plan.child
             self.league.replace(plan.old, plan.child, list(plan.parents), plan.operator, step)
-            evolved.append({"role": plan.role, "replaced": plan.old, "child": plan.child,
+            evolved.append({"role": plan.role, "replaced": plan.old, "age": ages[plan.old], "child": plan.child,
                             "parents": list(plan.parents), "operator": plan.operator, "strength": plan.strength})
         return evolved
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from popula.complexity import measure
+from popula.league.schema import MatchRecord
 from popula.run.selfplay import StepGame
 
 
@@ -15,8 +17,27 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
+    """How informative this step's matches were: predicted against realised outcomes.
+
+    `p_teacher_mean` is TrueSkill's mean P(teacher wins) before the matches; PFSP aims it
+    at 1/2. `teacher_win_rate` is what happened in the rated matches (a draw counts half);
+    far from `p_teacher_mean` over many steps means the ratings are miscalibrated, both far
+    from 1/2 means the game is lopsided and the ratings carry little information.
+    """
+    rated = [m for m in matches if m.result != "none"]
+    wins = sum(1.0 if m.result == "teacher" else 0.5 if m.result == "draw" else 0.0 for m in rated)
+    return {
+        "matches": len(matches),
+        "rated": len(rated),
+        "p_teacher_mean": _mean([m.p_teacher for m in matches]),
+        "teacher_win_rate": wins / len(rated) if rated else None,
+    }
+
+
 def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dict[str, Any]], *,
-             wall_s: float, phases: dict[str, float]) -> dict[str, Any]:
+             wall_s: float, phases: dict[str, float], matches: Sequence[MatchRecord] = (),
+             retention: list[dict[str, Any]] = ()) -> dict[str, Any]:
     valid = [p for p in game.proposals if p.valid]
     complexity = [measure(p.task.program) for p in valid]
     attempts = game.attempts
@@ -37,7 +58,9 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "logprob_gap_max": learn.get("logprob_gap_max"),
         "tokens_generated": tokens,
         "verify_per_s": round(game.verified / game.verify_s, 1) if game.verify_s > 0 else None,
+        "league": league_figures(matches),
         "evolved": evolved,
+        "retention": list(retention),
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "learner": learn,
     }
