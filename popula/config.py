@@ -57,6 +57,10 @@ class TasksConfig(_Section):
     )
     proposals_per_type: int = Field(2, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
+    reference_weighting: Literal["uniform", "challenge"] = Field(
+        "uniform", description="how references are drawn from the buffer: uniformly, or towards deep tasks "
+                               "the students found hard (popula.run.buffer)"
+    )
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
     buffer_size: int = Field(2048, ge=1)
 

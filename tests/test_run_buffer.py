@@ -21,6 +21,22 @@ def test_references_are_distinct_tasks_of_the_requested_type(tmp_path):
     assert buf.sample("code_f", 6, np.random.default_rng(0)) == []
 
 
+def test_challenge_weighting_shows_deep_tasks_the_students_found_hard_more_often(tmp_path):
+    deep = TaskRecord(id="deep", type="code_o", inputs=["1"], outputs=["2"],
+                      program="def f(x):\n    for i in range(2):\n        if x > i:\n            x = x + 1\n    return x\n")
+    shallow = task(0)
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10, weighting="challenge")
+    buf.add([deep, shallow], step=1, teacher="T0", rhos=[0.25, 1.0])
+    rng = np.random.default_rng(0)
+    firsts = [buf.sample("code_o", 1, rng)[0].id for _ in range(400)]
+    assert firsts.count("deep") > 0.85 * len(firsts)  # weight (1 + 7) x 0.85 against (1 + 5) x 0.1: 92%
+    uniform = TaskBuffer(tmp_path / "u.jsonl", capacity=10)
+    uniform.add([deep, shallow], step=1, teacher="T0", rhos=[0.25, 1.0])
+    assert 0.35 < [uniform.sample("code_o", 1, rng)[0].id for _ in range(400)].count("deep") / 400 < 0.65
+    with pytest.raises(PopulaError, match="weighting"):
+        TaskBuffer(tmp_path / "x.jsonl", capacity=10, weighting="hardest")
+
+
 def test_pool_keeps_the_newest_tasks_up_to_capacity(tmp_path):
     buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=3)
     buf.add([task(i) for i in range(5)], step=0, teacher="T0", rhos=[None] * 5)

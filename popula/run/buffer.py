@@ -1,5 +1,13 @@
 """The task buffer: past valid tasks, shown to teachers as references.
 
+Which references a teacher sees steers what it proposes: a teacher imitates its examples.
+Drawn uniformly, the buffer mirrors what teachers wrote lately, so once they start to
+simplify (easy programs are valid more often) their references simplify too and the
+curriculum collapses on itself. `challenge` weighting draws references in proportion to
+(1 + AST depth) x how hard they were for the students that met them (1 - rho, a little
+for unsolved ones, which may be impossible), so the examples pull proposals towards the
+frontier instead.
+
 Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log, so a
 running run can be inspected), and the in-memory pool keeps the newest `capacity` per
 type. On resume the log is cut back to the checkpoint's step, so a run killed mid-step
@@ -15,14 +23,31 @@ from pathlib import Path
 
 import numpy as np
 
+from popula.complexity import measure
 from popula.errors import PopulaError
 from popula.tasks.records import TASK_TYPES, TaskRecord, parse_record
 
+UNSOLVED_WEIGHT = 0.25  # challenge weight of a task no student solved (hard, or impossible)
+UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed tasks)
+
+
+def challenge_weight(record: TaskRecord) -> float:
+    """(1 + AST depth) x difficulty for the students: 1 - rho + 0.1, 0.25 if unsolved, 0.5 if unseen."""
+    depth = record.extra.get("depth")
+    if depth is None:
+        depth = record.extra["depth"] = measure(record.program).ast_depth
+    rho = record.extra.get("rho")
+    hardness = UNSEEN_WEIGHT if rho is None else UNSOLVED_WEIGHT if rho == 0 else 1.0 - float(rho) + 0.1
+    return (1.0 + depth) * hardness
+
 
 class TaskBuffer:
-    def __init__(self, path: Path, capacity: int) -> None:
+    def __init__(self, path: Path, capacity: int, weighting: str = "uniform") -> None:
+        if weighting not in ("uniform", "challenge"):
+            raise PopulaError(f"reference weighting must be 'uniform' or 'challenge', got {weighting!r}")
         self.path = path
         self.capacity = capacity
+        self.weighting = weighting
         self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in TASK_TYPES}
 
     def __len__(self) -> int:
@@ -39,11 +64,15 @@ class TaskBuffer:
             os.fsync(log.fileno())
 
     def sample(self, task_type: str, k: int, rng: np.random.Generator) -> list[TaskRecord]:
-        """Up to k distinct reference tasks of one type, drawn uniformly."""
+        """Up to k distinct reference tasks of one type, drawn by the buffer's weighting."""
         pool = self._pools[task_type]
         if not pool or k == 0:
             return []
-        picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
+        p = None
+        if self.weighting == "challenge":
+            w = np.array([challenge_weight(r) for r in pool])
+            p = w / w.sum()
+        picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=p)
         return [pool[i] for i in picks]
 
     def restore(self, up_to_step: int) -> None:
