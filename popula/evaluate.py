@@ -23,7 +23,6 @@ HumanEval's pass@k numbers are usually quoted at.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import shutil
 import tempfile
@@ -201,7 +200,9 @@ class EvalSettings:
     samples: int = 1
     temperature: float | None = None
     top_p: float = 1.0
-    max_tokens: int | None = None  # None: the run config's student_max_tokens, else DEFAULT_MAX_TOKENS
+    # None: DEFAULT_MAX_TOKENS of the prompt format, for a run's adapter and a bare base alike,
+    # so that comparing the two compares models, not answer budgets
+    max_tokens: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -308,7 +309,6 @@ class EvalTarget:
     adapter: AdapterRef | None
     rank: int  # the adapter's LoRA rank (1 for the bare base)
     target_modules: tuple[str, ...] | None  # the adapter's target modules (None: bare base)
-    max_tokens: int | None  # the run config's student_max_tokens, when evaluating a run
 
 
 def is_run_dir(path: Path) -> bool:
@@ -340,8 +340,7 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
         if snapshot_dir is not None:
             ref = _snapshot(ref, snapshot_dir)
         info = _adapter_config(ref.path, ref.name)
-        return EvalTarget(str(path), base, engine or cfg.engine, ref, int(info["r"]),
-                          _targets(info), cfg.generation.student_max_tokens)
+        return EvalTarget(str(path), base, engine or cfg.engine, ref, int(info["r"]), _targets(info))
     if path.is_dir() and not (path / "config.json").is_file():
         raise PopulaError(f"{spec}: neither a run directory (no config.yaml) nor a model directory (no config.json)")
     if not path.exists() and spec.startswith(("/", ".", "~")):
@@ -359,7 +358,7 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
             ref = _snapshot(ref, snapshot_dir)
         info = _adapter_config(ref.path, ref.name)
         rank, targets = int(info["r"]), _targets(info)
-    return EvalTarget(spec, base, engine or "torch", ref, rank, targets, None)
+    return EvalTarget(spec, base, engine or "torch", ref, rank, targets)
 
 
 def best_student(run_dir: Path) -> str:
@@ -430,8 +429,9 @@ def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = 
                     progress: bool = False, log: Callable[[str], None] | None = None) -> EvalReport:
     """`popula eval` as a function: resolve RUN_DIR|MODEL, load the engine, evaluate, clean up.
 
-    `settings.max_tokens` None means the run config's student_max_tokens, else 128 for the
-    tiny base's compact prompts and 1024 for instruction-tuned models, which reason first.
+    `settings.max_tokens` None means 128 for the tiny base's compact prompts and 1024 for
+    instruction-tuned models, which reason first -- for a run's adapter as for a bare base,
+    so that the two are scored under the same settings.
     """
     from transformers import AutoTokenizer
 
@@ -449,8 +449,6 @@ def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = 
             tokenizer = AutoTokenizer.from_pretrained(str(target.base_path))
         except (OSError, ValueError) as err:
             raise PopulaError(f"base model {target.base_path}: cannot load its tokenizer ({err})") from None
-        if settings.max_tokens is None and target.max_tokens is not None:
-            settings = dataclasses.replace(settings, max_tokens=target.max_tokens)
         context = context_limit(target.base_path)
         options: dict[str, Any] = {}
         if target.engine == "torch" and target.target_modules:

@@ -281,7 +281,7 @@ def test_cli_on_a_run_dir_evaluates_the_best_student_and_prints_json(run_dir, tm
     out = capsys.readouterr().out
     data = json.loads(out)
     assert data["adapter"] == "S1" and data["engine"] == "torch" and data["model"] == str(run_dir)
-    assert data["max_tokens"] == 16  # the run config's student_max_tokens
+    assert data["max_tokens"] == 128  # the compact format's default, as for a bare base: like with like
     assert data["by_type"]["code_o"]["pass_at_1"] == 1.0
     assert data["overall"]["pass_at_1"] == pytest.approx(2 / 3)
     assert data["skipped"] == {"forbidden": 1}

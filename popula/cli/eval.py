@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="sampling temperature (default: 0, greedy, for one sample; 0.8 for several)")
     parser.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling (default: 1.0)")
     parser.add_argument("--max-tokens", type=int, default=None, metavar="N",
-                        help="answer length limit (default: the run's student_max_tokens; 128 for `tiny`'s "
-                             "compact prompts, 1024 for instruction-tuned models)")
+                        help="answer length limit (default: 128 for `tiny`'s compact prompts, 1024 for "
+                             "instruction-tuned models; the same for a run's adapter and a bare base, so "
+                             "the two compare like with like)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (default: 0)")
     parser.add_argument("--engine", choices=("torch", "vllm"), default=None,
                         help="generation engine (default: the run's config, else torch)")
