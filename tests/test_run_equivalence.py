@@ -30,7 +30,7 @@ FIXTURE = Path(__file__).parent / "data" / "seeded_run_metrics.json"
 SETTINGS = ["population.teachers=2", "population.students=2", "tasks.types=[code_o]", "tasks.proposals_per_type=2",
             "tasks.references=1", "tasks.seed_tasks=6", "generation.rollouts=2", "generation.teacher_max_tokens=64",
             "generation.student_max_tokens=16", "evolution.every=2", "sandbox.workers=1", "lora.rank=4",
-            "lora.alpha=8", "learner.lr=1e-2"]  # RT
+            "lora.alpha=8", "learner.lr=1e-2", "runtime.device=cpu", "runtime.dtype=float32"]
 TIMINGS = {"wall_s", "phases", "verify_per_s"}
 
 

@@ -62,6 +62,11 @@ class PopulationRun:
         from popula.model.base import resolve_base_model
         from popula.tasks.prompts import prompt_format, stop_token_ids
 
+        # The device and dtype this machine gives `runtime` (auto -> cpu/float32 without a GPU) are
+        # decided before anything loads, and written to config.yaml as resolved. A Ray run's
+        # devices are its actors' (ray.engine_gpus / learner_gpus), not the driver's.
+        if not cfg.ray.enabled:
+            cfg = cfg.resolved()
         self.cfg = cfg
         self.run_dir = run_dir
         self.base_path = resolve_base_model(cfg.base_model)
