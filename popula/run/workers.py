@@ -32,6 +32,12 @@ class Workers:
     release: Callable[[], None] | None = None  # frees what the learner holds beyond this process (Ray actor)
     runtime: Runtime | None = None  # device and dtype of engine and learner (None: per Ray actor)
 
+    def bind(self, ref: Any, adapter: str) -> None:
+        """Tell an engine that shares the learner's model that version `ref` of `adapter` is what
+        the learner holds now: it serves it from the learner's slot, without reading `ref.path`."""
+        if getattr(self.engine, "model", None) is not None and self.engine.model is getattr(self.learner, "model", None):
+            self.engine.bind(ref, self.learner, adapter)
+
     def close(self) -> None:
         self.sandbox.close()
         self.engine.close()
@@ -68,8 +74,14 @@ def build_local(cfg: Config, base_path: str | Path) -> Workers:
     """All workers in this process (the sandbox's own worker processes aside)."""
     runtime = runtime_of(cfg)
     n = n_adapters(cfg)
-    learner = build_learner(cfg, base_path, runtime, max_adapters=n)
-    engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1)
+    if cfg.engine == "torch":
+        # One base in memory: the engine generates with the learner's model and adapter tensors
+        # (one spare slot for adapter files the learner does not hold).
+        learner = build_learner(cfg, base_path, runtime, max_adapters=n, spare_slots=1)
+        engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1, shared=learner)
+    else:
+        learner = build_learner(cfg, base_path, runtime, max_adapters=n)
+        engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1)
     return Workers(engine=engine, sandbox=build_sandbox(cfg), learner=learner, runtime=runtime)
 
 
@@ -79,12 +91,14 @@ def build_sandbox(cfg: Config, workers: int | None = None) -> Any:
     return Sandbox(workers=workers or cfg.sandbox.workers)
 
 
-def build_learner(cfg: Config, base_path: str | Path, runtime: Runtime, *, max_adapters: int) -> Any:
-    """The population learner on the runtime's device and dtype."""
+def build_learner(cfg: Config, base_path: str | Path, runtime: Runtime, *, max_adapters: int,
+                  spare_slots: int = 0) -> Any:
+    """The population learner on the runtime's device and dtype (`spare_slots`: LoRA slots it
+    leaves to a torch engine sharing its model)."""
     from popula.learner import PopulationLearner
 
     return PopulationLearner(base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=max_adapters,
-                             device=runtime.device, dtype=runtime.torch_dtype)
+                             device=runtime.device, dtype=runtime.torch_dtype, spare_slots=spare_slots)
 
 
 def engine_options(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, kind: str | None = None,
@@ -113,13 +127,18 @@ def engine_options(cfg: Config, base_path: str | Path, runtime: Runtime | None, 
 
 def build_engine(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, max_adapters: int,
                  kind: str | None = None, max_rank: int | None = None, target_modules: Sequence[str] | None = None,
-                 max_model_len: int | None = None, seed: int | None = None) -> Any:
+                 max_model_len: int | None = None, seed: int | None = None, shared: Any = None) -> Any:
     """The config's generation engine (`kind` overrides `cfg.engine`), `max_adapters` LoRA slots;
-    `seed` (default: the config's) seeds requests that carry none."""
+    `seed` (default: the config's) seeds requests that carry none. `shared`: a learner built
+    with spare slots whose model (base and adapters) a torch engine generates with."""
     from popula.engines import create_engine
 
     kind = kind or cfg.engine
     options = engine_options(cfg, base_path, runtime, kind=kind, target_modules=target_modules,
                              max_model_len=max_model_len)
+    if shared is not None:
+        if kind != "torch":
+            raise ValueError("only the torch engine can share the learner's model")
+        options = {"model": shared.model, "slots": range(shared.max_adapters, shared.model.n_slots)}
     return create_engine(kind, base_path, max_adapters=max_adapters, max_rank=max_rank or cfg.lora.rank,
                          seed=cfg.seed if seed is None else seed, **options)
