@@ -45,12 +45,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import population_overhead  # noqa: E402
 from population_overhead import STUDENTS, TEACHERS, TYPES, play_step  # noqa: E402
 
-from popula.adapters import AdapterStore  # noqa: E402
-from popula.config import Config  # noqa: E402
+from popula.config import LearnerConfig, LoraConfig  # noqa: E402
 from popula.runtime import Runtime, resolve_runtime  # noqa: E402
-from popula.run.workers import build_engine, build_learner  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
 from popula.tasks.prompts import CompactFormat  # noqa: E402
@@ -101,31 +100,10 @@ def build_model(kind: str, path: Path, tasks: list, runtime: Runtime, cpu_layers
     return path, label
 
 
-class PublishingStore:
-    """The AdapterStore, plus what a run does after each save: tell the engine sharing the
-    learner's model that the new version is the learner's current weights (no file read)."""
-
-    def __init__(self, store: AdapterStore, engine: Any, learner: Any) -> None:
-        self.store, self.engine, self.learner = store, engine, learner
-
-    def save(self, name: str, state: Any) -> Any:
-        ref = self.store.save(name, state)
-        self.engine.bind(ref, self.learner, name)
-        return ref
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.store, attr)
-
-
 @dataclass
-class Side:
-    name: str
-    teachers: list[str]
-    students: list[str]
-    engine: Any
-    store: PublishingStore
-    learner: Any
-    model_bytes: int
+class Measured:
+    side: Any  # population_overhead.Side
+    model_bytes: int  # memory the side's model holds (device memory on a GPU, resident set on a CPU)
 
 
 def memory_now(runtime: Runtime) -> int:
@@ -138,20 +116,12 @@ def memory_now(runtime: Runtime) -> int:
 
 
 def make_side(name: str, teachers: list[str], students: list[str], base: Path, root: Path,
-              runtime: Runtime) -> Side:
-    adapters = sorted(set(teachers) | set(students))
-    cfg = Config.model_validate({"base_model": str(base), "lora": {"rank": 8, "alpha": 16},
-                                 "learner": {"lr": 2e-4}, "evolution": {"enabled": False},
-                                 "runtime": {"device": runtime.device, "dtype": runtime.dtype}})
+              runtime: Runtime) -> Measured:
+    """population_overhead's side (built like `popula run`'s stack), and the memory it takes."""
     before = memory_now(runtime)
-    learner = build_learner(cfg, base, runtime, max_adapters=len(adapters), spare_slots=1)
-    engine = build_engine(cfg, base, runtime, max_adapters=len(adapters) + 1, shared=learner)
-    store = PublishingStore(AdapterStore(root / name, base, rank=8, alpha=16.0,
-                                         target_modules=cfg.lora.target_modules), engine, learner)
-    for a in adapters:
-        learner.add_adapter(a, store.load(store.create(a)).state_dict)
-        engine.bind(store.latest(a), learner, a)
-    return Side(name, teachers, students, engine, store, learner, memory_now(runtime) - before)
+    side = population_overhead.make_side(name, teachers, students, base, root, LoraConfig(rank=8, alpha=16.0),
+                                         LearnerConfig(lr=2e-4), runtime)
+    return Measured(side, memory_now(runtime) - before)
 
 
 def peak_reset(runtime: Runtime) -> None:
@@ -176,9 +146,10 @@ def bench_model(kind: str, args: argparse.Namespace, runtime: Runtime, sandbox: 
 
     base, label = build_model(kind, root / f"base-{kind}", refs_pool + tasks, runtime, args.cpu_layers)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    single = make_side(f"{kind}-single", ["A0"] * TEACHERS, ["A0"] * STUDENTS, base, root, runtime)
-    population = make_side(f"{kind}-population", [f"T{i}" for i in range(TEACHERS)],
-                           [f"S{i}" for i in range(STUDENTS)], base, root, runtime)
+    single_m = make_side(f"{kind}-single", ["A0"] * TEACHERS, ["A0"] * STUDENTS, base, root, runtime)
+    population_m = make_side(f"{kind}-population", [f"T{i}" for i in range(TEACHERS)],
+                             [f"S{i}" for i in range(STUDENTS)], base, root, runtime)
+    single, population = single_m.side, population_m.side
     params = sum(p.numel() for p in single.learner.model.base_model.parameters() if not p.requires_grad)
     rows: dict[str, list[dict[str, float]]] = {"single": [], "population": []}
     peaks = {"single": 0, "population": 0}
@@ -206,7 +177,7 @@ def bench_model(kind: str, args: argparse.Namespace, runtime: Runtime, sandbox: 
         "tokens_per_s_population": round(p["tokens"] / p["generate_s"], 1),
         "peak_mem_mib_single": round(peaks["single"] / 2**20, 1),
         "peak_mem_mib_population": round(peaks["population"] / 2**20, 1),
-        "model_mem_mib": round(population.model_bytes / 2**20, 1),
+        "model_mem_mib": round(population_m.model_bytes / 2**20, 1),
         "logprob_gap": round(p["logprob_gap"], 8),
     }
 
