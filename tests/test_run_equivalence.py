@@ -8,7 +8,10 @@ log-prob gaps, gradient norms) to fp32 rounding, since the two code paths may su
 different order. Timings are left out.
 
 Record again (only when a change is *meant* to alter the run) with
-POPULA_RECORD_FIXTURE=1 python3 -m pytest tests/test_run_equivalence.py.
+POPULA_RECORD_FIXTURE=1 python3 -m pytest tests/test_run_equivalence.py. When this branch
+is merged with a main that changed the run itself, the fixture must come from that main
+without this branch: `seeded_run_metrics.main-264a61c.json` is this test recorded on main
+at 264a61c (its own code, this file and the proposer helper copied in).
 """
 
 from __future__ import annotations
