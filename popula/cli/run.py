@@ -47,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
         if args.ray:
             overrides.append(f"ray.address={args.ray}")
     cfg = load_config(args.config, overrides)
+    if cfg.ray.enabled:
+        print(f"popula run: engine {cfg.engine} on Ray actors: device per actor (cuda where ray.engine_gpus / "
+              f"ray.learner_gpus > 0, else cpu), dtype {cfg.runtime.dtype}", flush=True)
+    else:
+        cfg = cfg.resolved()  # exits 2 here, before any model loads, if e.g. cuda is asked for and absent
+        print(f"popula run: engine {cfg.engine} on device {cfg.runtime.device}, dtype {cfg.runtime.dtype}", flush=True)
     run_dir = args.out or Path("runs") / args.config.stem
     PopulationRun(cfg, run_dir, resume=args.resume).train()
     print(f"popula run: done; see {run_dir}/metrics.jsonl, `popula leaderboard {run_dir}`, `popula plot {run_dir}`")

@@ -100,29 +100,50 @@ class TorchEngine:
 
     def __init__(self, base_path: str | os.PathLike, *, max_adapters: int = 8, max_rank: int = 16, seed: int = 0,
                  target_modules: Sequence[str] = DEFAULT_TARGET_MODULES, max_batch_size: int = 64,
-                 device: str = "cpu", dtype: torch.dtype | str = torch.float32) -> None:
+                 device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                 model: MultiLoRAModel | None = None, slots: Sequence[int] | None = None) -> None:
+        """`model`: serve from this MultiLoRAModel (a learner's, `PopulationLearner.model`) instead
+        of loading the base again; `slots` are the ones this engine may load adapter files into
+        (default: all of its own model's). Adapters the learner holds are served from the
+        learner's own slots once `bind` names them: one base and one set of adapter tensors in
+        memory, and the learner's update is what the next generation sees, no file in between."""
         if max_adapters < 1 or max_batch_size < 1:
             raise PopulaError(f"max_adapters and max_batch_size must be >= 1, got {max_adapters}, {max_batch_size}")
         self.base_path = base_path
         self.seed = seed
         self.max_rank = max_rank
         self.max_batch_size = max_batch_size
-        self.device = torch.device(device)
         if isinstance(dtype, str):  # "float32", "bfloat16" as a config writes them
             if not isinstance(getattr(torch, dtype, None), torch.dtype):
                 raise PopulaError(f"dtype: {dtype!r} is not a torch dtype (e.g. 'float32', 'bfloat16')")
             dtype = getattr(torch, dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(base_path))
-            base = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=dtype)
+            if model is None:
+                base = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=dtype)
         except (OSError, ValueError) as e:
             raise PopulaError(f"base model {base_path}: cannot load model and tokenizer ({e})") from e
-        self.model = MultiLoRAModel(base.to(self.device).eval(), target_modules, rank=max_rank, n_slots=max_adapters)
+        if model is None:
+            self.device = torch.device(device)
+            model = MultiLoRAModel(base.to(self.device).eval(), target_modules, rank=max_rank, n_slots=max_adapters)
+            slots = range(max_adapters) if slots is None else slots
+        else:
+            base = model.base_model
+            self.device = next(base.parameters()).device
+            if max_rank > model.rank:
+                raise PopulaError(f"max_rank {max_rank} is above the shared model's LoRA rank {model.rank}")
+            slots = range(model.n_slots) if slots is None else slots
+            if not slots:
+                raise PopulaError("a shared model needs at least one slot the engine may load adapters into")
+        self.model = model
         self.config = base.config
         self.vocab_size = base.get_output_embeddings().weight.shape[0]
         self.eos_ids = self._eos_ids(base)
-        self._slot_of: OrderedDict[int, int] = OrderedDict()  # uid -> slot, least recently used first
-        self._free = list(range(max_adapters - 1, -1, -1))
+        self._slot_of: OrderedDict[int, int] = OrderedDict()  # uid -> own slot, least recently used first
+        self._free = sorted(slots, reverse=True)
+        self._capacity = len(self._free)
+        self._bound: dict[int, tuple[object, str, int | None]] = {}  # uid -> (learner, name, weights token)
+        self.files_read = 0  # adapter files loaded from disk (a shared model should need none)
         self._calls = 0
 
     # -- Engine ------------------------------------------------------------------------------------
@@ -138,6 +159,9 @@ class TorchEngine:
         if progress:
             from tqdm import tqdm
             bar = tqdm(total=sum(r.n for r in requests), desc="generate (torch)", unit="sample")
+        # A shared model may be set up for training (e.g. the learner's "gather" kernel on CPU);
+        # generation always decodes with the kernel an engine of its own would use.
+        kernels = self.model.set_kernel("auto")
         try:
             for wave in self._waves(requests):
                 slots = self._load([requests[i].adapter for i in wave])
@@ -153,6 +177,7 @@ class TorchEngine:
                         bar.update(len(chunk))
         finally:
             self.model.set_routing(None)
+            self.model.set_kernel(kernels)
             if bar is not None:
                 bar.close()
         return [GenerationResult(req, [outputs[(i, j)] for j in range(req.n)]) for i, req in enumerate(requests)]
@@ -163,8 +188,29 @@ class TorchEngine:
         self._slot_of.clear()
 
     def loaded_adapters(self) -> list[int]:
-        """uids of the resident adapters, least recently used first."""
+        """uids of the adapters loaded from files, least recently used first."""
         return list(self._slot_of)
+
+    def bind(self, ref: AdapterRef, learner: object, name: str) -> None:
+        """Serve version `ref` from `learner`'s slot for `name` (this engine must share its model).
+
+        Valid while the learner's weights for `name` are unchanged (its weights token); once the
+        learner updates them, `ref` is an old version and is loaded from `ref.path` like any
+        other adapter, so a version is never served with another version's weights.
+        """
+        if getattr(learner, "model", None) is not self.model:
+            raise PopulaError("bind: the learner does not share this engine's model")
+        self._bound[ref.uid] = (learner, name, learner.weights_token(name))  # type: ignore[attr-defined]
+
+    def _bound_slot(self, ref: AdapterRef) -> int | None:
+        entry = self._bound.get(ref.uid)
+        if entry is None:
+            return None
+        learner, name, token = entry
+        if token is None or learner.weights_token(name) != token:  # type: ignore[attr-defined]
+            del self._bound[ref.uid]  # the learner has moved on: this version lives only on disk now
+            return None
+        return learner.slot_index(name)  # type: ignore[attr-defined]
 
     # -- adapters ------------------------------------------------------------------------------------
 
@@ -173,8 +219,9 @@ class TorchEngine:
         waves: list[list[int]] = []
         uids: set[int] = set()
         for i, req in enumerate(requests):
-            uid = req.adapter.uid if req.adapter is not None else None
-            if not waves or (uid is not None and uid not in uids and len(uids) == self.model.n_slots):
+            # adapters served from a learner's slots need none of the engine's own
+            uid = req.adapter.uid if req.adapter is not None and self._bound_slot(req.adapter) is None else None
+            if not waves or (uid is not None and uid not in uids and len(uids) == self._capacity):
                 waves.append([])
                 uids = set()
             waves[-1].append(i)
@@ -187,6 +234,10 @@ class TorchEngine:
         needed = {r.uid for r in refs if r is not None}
         slots: dict[AdapterRef | None, int] = {None: -1}
         for ref in dict.fromkeys(r for r in refs if r is not None):
+            bound = self._bound_slot(ref)
+            if bound is not None:
+                slots[ref] = bound
+                continue
             if ref.uid in self._slot_of:
                 self._slot_of.move_to_end(ref.uid)
             else:
@@ -209,7 +260,9 @@ class TorchEngine:
         name = f"{ref.name} v{ref.version} (uid {ref.uid})"
         loaded = read_adapter(ref.path, name=name, base_path=self.base_path, max_rank=self.max_rank,
                               target_modules=self.model.target_modules, shapes=self.model.lora_shapes())
-        self.model.load_slot(slot, loaded.state_dict, scaling=loaded.scaling, source=f"adapter {name!r}")
+        self.files_read += 1
+        with torch.no_grad():
+            self.model.load_slot(slot, loaded.state_dict, scaling=loaded.scaling, source=f"adapter {name!r}")
 
     # -- decoding ------------------------------------------------------------------------------------
 

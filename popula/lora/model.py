@@ -125,6 +125,14 @@ class MultiLoRAModel(nn.Module):
         rows = torch.where(rows < 0, torch.full_like(rows, self.n_slots), rows).to(device)
         self.routing.set(rows)
 
+    def set_kernel(self, kernel: str | dict[str, str]) -> dict[str, str]:
+        """Set every layer's kernel (or each its own, from a dict this returned); returns the
+        previous ones. For a model shared by a learner (training kernel) and an engine."""
+        previous = {path: layer.kernel for path, layer in self.lora_layers.items()}
+        for path, layer in self.lora_layers.items():
+            layer.kernel = kernel[path] if isinstance(kernel, dict) else kernel
+        return previous
+
     # -- slot weights ----------------------------------------------------------------------
 
     def slot_parameters(self, slot: int) -> list[nn.Parameter]:

@@ -62,6 +62,11 @@ class PopulationRun:
         from popula.model.base import resolve_base_model
         from popula.tasks.prompts import prompt_format, stop_token_ids
 
+        # The device and dtype this machine gives `runtime` (auto -> cpu/float32 without a GPU) are
+        # decided before anything loads, and written to config.yaml as resolved. A Ray run's
+        # devices are its actors' (ray.engine_gpus / learner_gpus), not the driver's.
+        if not cfg.ray.enabled:
+            cfg = cfg.resolved()
         self.cfg = cfg
         self.run_dir = run_dir
         self.base_path = resolve_base_model(cfg.base_model)
@@ -112,6 +117,7 @@ class PopulationRun:
         for adapter in self.roster.adapters:
             ref = self.store.create(adapter)
             self.learner.add_adapter(adapter, self.store.load(ref).state_dict)
+            self.workers.bind(ref, adapter)
         # The buffer starts from generated seed tasks; a seed offset keeps them apart from
         # the held-out sets `popula tasks` writes.
         seeds = generate_tasks(cfg.tasks.seed_tasks, seed=cfg.seed + 10_000, types=cfg.tasks.types,
@@ -154,7 +160,7 @@ class PopulationRun:
         torch.set_rng_state(rng["torch"])
         # New versions carry the checkpoint's weights, so nothing written after it is served.
         for adapter in self.roster.adapters:
-            self.store.save(adapter, self.learner.adapter_state(adapter))
+            self._publish(adapter)
         self.buffer.restore(up_to_step=step)
         self.metrics.truncate_after(step)
         print(f"popula run: resumed {self.run_dir} at step {step}")
@@ -193,7 +199,7 @@ class PopulationRun:
         t0 = time.perf_counter()
         learn = self.learner.step(self._training_samples(game))
         for adapter in self.roster.adapters:
-            self.store.save(adapter, self.learner.adapter_state(adapter))
+            self._publish(adapter)
         update_s = time.perf_counter() - t0
 
         records = [self.league.record_match(step, match.teacher, match.student, match_results(game, match))
@@ -231,6 +237,13 @@ class PopulationRun:
             out.append({"member": member.name, "age": member.age(step), "reward": entry[1],
                         "parents_reward": entry[2]})
         return out
+
+    def _publish(self, adapter: str) -> AdapterRef:
+        """Save the learner's weights of `adapter` as a new version; an engine sharing the
+        learner's model serves that version from the learner's own tensors (no file read)."""
+        ref = self.store.save(adapter, self.learner.adapter_state(adapter))
+        self.workers.bind(ref, adapter)
+        return ref
 
     def _training_samples(self, game: StepGame) -> list[Any]:
         from popula.learner import Rollout
@@ -277,7 +290,7 @@ class PopulationRun:
             self.learner.remove_adapter(old_adapter)
             self.store.retire(old_adapter)
             self.learner.add_adapter(plan.child, child, inherited)
-            self.store.save(plan.child, child)
+            self._publish(plan.child)
             self.roster.adapter_of[plan.child] = plan.child
             self.league.replace(plan.old, plan.child, list(plan.parents), plan.operator, step)
             evolved.append({"role": plan.role, "replaced": plan.old, "age": ages[plan.old], "child": plan.child,

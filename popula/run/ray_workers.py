@@ -41,6 +41,8 @@ from typing import Any, Callable, Mapping, Sequence
 from popula.config import Config
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
+from popula.run.workers import engine_options
+from popula.runtime import Runtime
 from popula.tasks.records import TaskRecord, VerifyResult
 
 BASE_SHIP_LIMIT = 4 << 30  # a base directory above this is not pushed through the object store
@@ -173,13 +175,15 @@ class LearnerActor:
     """The population learner; `call` forwards a method so the proxy mirrors its API exactly."""
 
     def __init__(self, base: Any, lora: Any, cfg: Any, seed: int, max_adapters: int, device: str,
-                 threads: int | None) -> None:
+                 threads: int | None, dtype: str = "float32") -> None:
+        import torch
+
         from popula.learner import PopulationLearner
 
         _set_threads(threads)
         self.workdir = Path(tempfile.mkdtemp(prefix="popula-learner-"))
         self.learner = PopulationLearner(_base_for_actor(base, self.workdir), lora, cfg, seed=seed,
-                                         max_adapters=max_adapters, device=device)
+                                         max_adapters=max_adapters, device=device, dtype=getattr(torch, dtype))
 
     def call(self, method: str, *args: Any) -> tuple[Any, float, float]:
         start, cpu = time.perf_counter(), time.process_time()
@@ -416,6 +420,17 @@ def connect(cfg: Config) -> None:
                           "`ray start --head` or leave ray.address empty to start a local one") from err
 
 
+def actor_runtime(cfg: Config, gpus: float) -> Runtime:
+    """Device and dtype of an engine or learner actor: cuda when Ray gives it GPUs, else cpu;
+    `runtime.dtype` auto is bf16 on a GPU actor (checked by the driver, which may have no GPU,
+    so not probed) and fp32 on a CPU one."""
+    device = "cuda" if gpus > 0 else "cpu"
+    dtype = cfg.runtime.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if gpus > 0 else "float32"
+    return Runtime(device=device, dtype=dtype)
+
+
 def build_ray(cfg: Config, base_path: str | Path, n_adapters: int) -> tuple[RayEngine, RaySandbox, RayLearner]:
     """Start the actors with the config's resources; returns proxies for engine, sandbox, learner."""
     import ray
@@ -432,11 +447,10 @@ def build_ray(cfg: Config, base_path: str | Path, n_adapters: int) -> tuple[RayE
         base = [ray.put((Path(base_path).name, directory_bundle(Path(base_path))))]
     restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts, "scheduling_strategy": r.strategy}
 
-    options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed}
-    if cfg.engine == "torch":
-        options["target_modules"] = cfg.lora.target_modules
-        if r.engine_gpus > 0:
-            options["device"] = "cuda"
+    # Built by the same code as a local run's engine; the device of an actor is where Ray puts
+    # it (engine_gpus / learner_gpus), the dtype the config's (auto: bf16 on a GPU actor).
+    options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed,
+                               **engine_options(cfg, base_path, actor_runtime(cfg, r.engine_gpus))}
     engine_cls = ray.remote(EngineActor).options(num_cpus=r.engine_cpus, num_gpus=r.engine_gpus, **restart)
     engines = [engine_cls.remote(cfg.engine, base, options, r.torch_threads) for _ in range(r.engines)]
 
@@ -445,8 +459,9 @@ def build_ray(cfg: Config, base_path: str | Path, n_adapters: int) -> tuple[RayE
 
     learner_cls = ray.remote(LearnerActor).options(num_cpus=r.learner_cpus, num_gpus=r.learner_gpus,
                                                     max_restarts=0)
-    learner = learner_cls.remote(base, cfg.lora, cfg.learner, cfg.seed, n_adapters,
-                                 "cuda" if r.learner_gpus > 0 else "cpu", r.torch_threads)
+    learner_rt = actor_runtime(cfg, r.learner_gpus)
+    learner = learner_cls.remote(base, cfg.lora, cfg.learner, cfg.seed, n_adapters, learner_rt.device,
+                                 r.torch_threads, learner_rt.dtype)
     # The engine proxy keeps the base's ref alive: a restarted engine fetches it again.
     proxies = RayEngine(engines, base_ref=base), RaySandbox(sandboxes), RayLearner(learner)
     # Construction errors (a bad base, no GPU) surface here, at start, not in the first step.

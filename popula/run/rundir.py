@@ -1,7 +1,7 @@
 """The run directory (DESIGN 3.3): creating it, and refusing to mix two runs in one.
 
 A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
-saved config differs from the given one (except `run.steps`, which a resume may extend, and `ray.*`: a local run may continue on a cluster),
+saved config differs from the given one (except `run.steps`, which a resume may extend, and `ray.*` / `runtime.*`: a local run may continue on a cluster or another device),
 naming every key that differs.
 """
 
@@ -18,8 +18,9 @@ import yaml
 from popula.config import Config
 from popula.errors import PopulaError
 
-# What a resume may change: how long the run goes on, and where its workers run.
-RESUMABLE_KEYS = {"run.steps", "ray"}
+# What a resume may change: how long the run goes on, and where its workers run (on which
+# device: a run started on a CPU may go on where there is a GPU).
+RESUMABLE_KEYS = {"run.steps", "ray", "runtime"}
 
 
 def _resumable(key: str) -> bool:

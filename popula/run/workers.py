@@ -1,18 +1,27 @@
-"""The heavy workers a run drives: generation engine, sandbox and learner.
+"""The one place that builds a step's parts from a config: engine, sandbox and learner.
 
-`PopulationRun` talks to them only through their methods (`engine.generate`,
+`popula run` (locally and with `--ray`), `popula eval`, `popula retention` and the
+benchmarks all get their parts here, so the device, precision, LoRA slots and engine
+settings of a run cannot drift between the paths that use them.
+
+`PopulationRun` talks to the parts only through their methods (`engine.generate`,
 `sandbox.verify`, `learner.step` ...), so where they run is decided here and nowhere
 else: in this process by default, or as Ray actors on a cluster (same methods, same
 step loop).
+
+Device and precision come from the config's `runtime` section, resolved once for the
+engine and the learner together (`popula.runtime`): the learner trains against the
+log-probabilities the engine sampled, so both must compute in the same precision.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from popula.config import Config
+from popula.runtime import Runtime, resolve_runtime
 
 
 @dataclass
@@ -21,6 +30,13 @@ class Workers:
     sandbox: Any  # popula.sandbox.Sandbox
     learner: Any  # popula.learner.PopulationLearner
     release: Callable[[], None] | None = None  # frees what the learner holds beyond this process (Ray actor)
+    runtime: Runtime | None = None  # device and dtype of engine and learner (None: per Ray actor)
+
+    def bind(self, ref: Any, adapter: str) -> None:
+        """Tell an engine that shares the learner's model that version `ref` of `adapter` is what
+        the learner holds now: it serves it from the learner's slot, without reading `ref.path`."""
+        if getattr(self.engine, "model", None) is not None and self.engine.model is getattr(self.learner, "model", None):
+            self.engine.bind(ref, self.learner, adapter)
 
     def close(self) -> None:
         self.sandbox.close()
@@ -33,9 +49,17 @@ def n_adapters(cfg: Config) -> int:
     return 1 if cfg.population.single_agent else cfg.population.teachers + cfg.population.students
 
 
+def runtime_of(cfg: Config) -> Runtime:
+    """The config's runtime on this machine (PopulaError before any model loads if it cannot be had)."""
+    return resolve_runtime(cfg.runtime.device, cfg.runtime.dtype)
+
+
 def build_workers(cfg: Config, base_path: str | Path) -> Workers:
     """The run's workers where the config puts them: Ray actors when `ray.enabled`, else this process."""
     return build_ray(cfg, base_path) if cfg.ray.enabled else build_local(cfg, base_path)
+
+
+build_stack = build_workers
 
 
 def build_ray(cfg: Config, base_path: str | Path) -> Workers:
@@ -48,13 +72,73 @@ def build_ray(cfg: Config, base_path: str | Path) -> Workers:
 
 def build_local(cfg: Config, base_path: str | Path) -> Workers:
     """All workers in this process (the sandbox's own worker processes aside)."""
-    from popula.engines import create_engine
-    from popula.learner import PopulationLearner
+    runtime = runtime_of(cfg)
+    n = n_adapters(cfg)
+    if cfg.engine == "torch":
+        # One base in memory: the engine generates with the learner's model and adapter tensors
+        # (one spare slot for adapter files the learner does not hold).
+        learner = build_learner(cfg, base_path, runtime, max_adapters=n, spare_slots=1)
+        engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1, shared=learner)
+    else:
+        learner = build_learner(cfg, base_path, runtime, max_adapters=n)
+        engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1)
+    return Workers(engine=engine, sandbox=build_sandbox(cfg), learner=learner, runtime=runtime)
+
+
+def build_sandbox(cfg: Config, workers: int | None = None) -> Any:
     from popula.sandbox import Sandbox
 
-    n = n_adapters(cfg)
-    learner = PopulationLearner(base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=n)
-    # vLLM learns the target modules from each adapter's config; the torch engine wraps them up front.
-    options = {"target_modules": cfg.lora.target_modules} if cfg.engine == "torch" else {}
-    engine = create_engine(cfg.engine, base_path, max_adapters=n + 1, max_rank=cfg.lora.rank, seed=cfg.seed, **options)
-    return Workers(engine=engine, sandbox=Sandbox(workers=cfg.sandbox.workers), learner=learner)
+    return Sandbox(workers=workers or cfg.sandbox.workers)
+
+
+def build_learner(cfg: Config, base_path: str | Path, runtime: Runtime, *, max_adapters: int,
+                  spare_slots: int = 0) -> Any:
+    """The population learner on the runtime's device and dtype (`spare_slots`: LoRA slots it
+    leaves to a torch engine sharing its model)."""
+    from popula.learner import PopulationLearner
+
+    return PopulationLearner(base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=max_adapters,
+                             device=runtime.device, dtype=runtime.torch_dtype, spare_slots=spare_slots)
+
+
+def engine_options(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, kind: str | None = None,
+                   target_modules: Sequence[str] | None = None, max_model_len: int | None = None) -> dict[str, Any]:
+    """Constructor options of the config's engine (`kind` overrides `cfg.engine`).
+
+    torch: the LoRA target modules, device and dtype. vllm: dtype (the learner's, so sampler
+    and trainer agree), the runtime's GPU memory share, enforce_eager, max_num_seqs and the
+    context length. `runtime` None leaves device and dtype to the engine's defaults.
+    """
+    kind = kind or cfg.engine
+    rt = cfg.runtime
+    if kind == "torch":
+        options: dict[str, Any] = {"target_modules": tuple(target_modules or cfg.lora.target_modules)}
+        if runtime is not None:
+            options.update(device=runtime.device, dtype=runtime.dtype)
+        return options
+    options = {"gpu_memory_utilization": rt.gpu_memory_utilization, "enforce_eager": rt.enforce_eager,
+               "max_num_seqs": rt.max_num_seqs}
+    if runtime is not None:
+        options["dtype"] = runtime.dtype
+    if max_model_len is not None:
+        options["max_model_len"] = max_model_len
+    return options
+
+
+def build_engine(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, max_adapters: int,
+                 kind: str | None = None, max_rank: int | None = None, target_modules: Sequence[str] | None = None,
+                 max_model_len: int | None = None, seed: int | None = None, shared: Any = None) -> Any:
+    """The config's generation engine (`kind` overrides `cfg.engine`), `max_adapters` LoRA slots;
+    `seed` (default: the config's) seeds requests that carry none. `shared`: a learner built
+    with spare slots whose model (base and adapters) a torch engine generates with."""
+    from popula.engines import create_engine
+
+    kind = kind or cfg.engine
+    options = engine_options(cfg, base_path, runtime, kind=kind, target_modules=target_modules,
+                             max_model_len=max_model_len)
+    if shared is not None:
+        if kind != "torch":
+            raise ValueError("only the torch engine can share the learner's model")
+        options = {"model": shared.model, "slots": range(shared.max_adapters, shared.model.n_slots)}
+    return create_engine(kind, base_path, max_adapters=max_adapters, max_rank=max_rank or cfg.lora.rank,
+                         seed=cfg.seed if seed is None else seed, **options)
