@@ -8,10 +8,10 @@ log-prob gaps, gradient norms) to fp32 rounding, since the two code paths may su
 different order. Timings are left out.
 
 Record again (only when a change is *meant* to alter the run) with
-POPULA_RECORD_FIXTURE=1 python3 -m pytest tests/test_run_equivalence.py. When this branch
-is merged with a main that changed the run itself, the fixture must come from that main
-without this branch: `seeded_run_metrics.main-264a61c.json` is this test recorded on main
-at 264a61c (its own code, this file and the proposer helper copied in).
+POPULA_RECORD_FIXTURE=1 python3 -m pytest tests/test_run_equivalence.py. When a branch
+that should not change the run is merged with a main that changed the run itself, the
+fixture must come from that main without the branch (its own code, this file and the
+proposer helper copied in): the current one was recorded so on main just before the merge.
 """
 
 from __future__ import annotations
