@@ -56,11 +56,8 @@ class PopulationRun:
     """Owns every component of a run; `train()` runs steps until done or stopped."""
 
     def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False) -> None:
-        from transformers import AutoTokenizer
-
-        from popula.adapters import AdapterStore, base_lora_shapes
+        from popula.adapters import base_lora_shapes
         from popula.model.base import resolve_base_model
-        from popula.tasks.prompts import prompt_format, stop_token_ids
 
         self.cfg = cfg
         self.run_dir = run_dir
@@ -71,7 +68,25 @@ class PopulationRun:
         if cfg.lora.rank > smallest:
             raise PopulaError(f"lora.rank={cfg.lora.rank} is above the smallest dimension ({smallest}) of the "
                               f"target modules of {cfg.base_model}: a LoRA cannot have a higher rank than its layer")
-        prepare_run_dir(run_dir, cfg, resume)
+        # Held until close(): no second process may write this directory while this run lives.
+        self.lock = prepare_run_dir(run_dir, cfg, resume)
+        self.workers: Any = None
+        try:
+            self._open(resume)
+        except BaseException:
+            # A run that fails to start releases what it started (Ray actors, sandbox workers) and the lock.
+            if self.workers is not None:
+                self.workers.close()
+            self.lock.release()
+            raise
+
+    def _open(self, resume: bool) -> None:
+        from transformers import AutoTokenizer
+
+        from popula.adapters import AdapterStore
+        from popula.tasks.prompts import prompt_format, stop_token_ids
+
+        cfg, run_dir = self.cfg, self.run_dir
         _seed_everything(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
         self.store = AdapterStore(run_dir / "adapters", self.base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
@@ -285,8 +300,11 @@ class PopulationRun:
         return evolved
 
     def close(self) -> None:
-        self.metrics.close()
-        self.workers.close()
+        try:
+            self.metrics.close()
+            self.workers.close()
+        finally:
+            self.lock.release()
 
 
 def _seed_everything(seed: int) -> None:
