@@ -155,3 +155,21 @@ def test_refusals_reach_the_shell_as_exit_2_and_one_line_without_a_traceback(tmp
     assert done.stderr.startswith("popula verify: error: --out ")
     done = subprocess.run([sys.executable, "-m", "popula", "verify", str(tasks)], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr and f"{tasks}:2: id 'x'" in done.stderr
+
+
+@pytest.mark.parametrize("task_type, field", [("code_o", "answer"), ("code_i", "answer")])
+def test_an_answer_beyond_the_parsers_nesting_limit_is_told_the_limit(tmp_path, capsys, task_type, field):
+    deep = "-" * 19990 + "42"  # under the length limit, far over Python's nesting limits
+    tasks = write(tmp_path / "t.jsonl", json.dumps({**GOOD, "type": task_type, field: deep}))
+    assert main(["verify", str(tasks), "--workers", "1"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["correct"] is False and row["answer_reason"] == "syntax"
+    assert row["answer_detail"].startswith("answer: nested too deeply to compile (MemoryError): Python compiles "
+                                           "at most about 3000 nested operators or calls and 200 nested brackets")
+
+
+def test_an_output_beyond_the_nesting_limit_names_the_limit_too(tmp_path, capsys):
+    tasks = write(tmp_path / "t.jsonl", json.dumps({**GOOD, "outputs": ["-" * 7000 + "2"]}))
+    assert main(["verify", str(tasks), "--workers", "1"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["reason"] == "unrepresentable" and "nested too deeply to read (MemoryError): at most about 3000" in row["detail"]
