@@ -57,7 +57,7 @@ def ray_side(base: Path, root: Path, lora: LoraConfig, cfg: LearnerConfig, threa
         f"base_model={base}", f"lora.rank={lora.rank}", f"lora.alpha={lora.alpha}", f"learner.lr={cfg.lr}",
         "sandbox.workers=2", "ray.enabled=true", "ray.engine_cpus=0.5", "ray.learner_cpus=0.5",
         "ray.sandbox_cpus=0.5", f"ray.torch_threads={threads}"])
-    engine, sandbox, learner = build_ray(config, base, po.TEACHERS + po.STUDENTS)
+    engine, sandbox, learner, _reservation = build_ray(config, base, po.TEACHERS + po.STUDENTS)
     store = AdapterStore(root / "ray", base, rank=lora.rank, alpha=lora.alpha, target_modules=lora.target_modules)
     for a in sorted(teachers + students):
         learner.add_adapter(a, store.load(store.create(a)).state_dict)

@@ -153,12 +153,14 @@ class RaySection(_Section):
                           "on this node; 'ray://host:10001': a remote cluster via Ray Client"
     )
     engines: int = Field(1, ge=1, description="generation engine actors; a call's requests are split among them")
-    engine_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves per engine actor")
+    engine_cpus: float | None = Field(
+        None, ge=0, description="CPUs Ray reserves per engine actor; None: fit (a local Ray this run starts shares "
+                                "its CPUs among all actors, at most 1 each; a joined cluster: 1)")
     engine_gpus: float = Field(0.0, ge=0, description="GPUs per engine actor (> 0: the torch engine runs on cuda)")
-    learner_cpus: float = Field(1.0, ge=0)
+    learner_cpus: float | None = Field(None, ge=0, description="CPUs Ray reserves for the learner actor; None: fit")
     learner_gpus: float = Field(0.0, ge=0, description="GPUs for the learner actor (> 0: it trains on cuda)")
     sandbox_actors: int = Field(1, ge=1, description="sandbox actors, each with sandbox.workers jail processes")
-    sandbox_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves per sandbox actor")
+    sandbox_cpus: float | None = Field(None, ge=0, description="CPUs Ray reserves per sandbox actor; None: fit")
     torch_threads: int | None = Field(None, ge=1, description="torch threads in engine/learner actors; None: the node's cores")
     strategy: Literal["DEFAULT", "SPREAD"] = Field(
         "DEFAULT", description="Ray scheduling of engine and sandbox actors: DEFAULT packs, SPREAD spreads over nodes"
@@ -167,6 +169,9 @@ class RaySection(_Section):
     ship_base: bool = Field(True, description="send a local base-model directory through the object store")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray this run starts (None: all)")
     object_store_mb: int | None = Field(None, ge=64, description="object store of a local Ray this run starts")
+    pending_timeout_s: float = Field(
+        60.0, gt=0, description="seconds the actors may wait for the cluster to place them before the run stops "
+                                "(exit 2) naming each actor's ask and the cluster's resources")
 
 
 class RuntimeSection(_Section):

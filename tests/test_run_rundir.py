@@ -9,26 +9,26 @@ from popula.run.rundir import prepare_run_dir
 
 def test_fresh_run_writes_the_resolved_config(tmp_path):
     cfg = load_config(None, ["seed=5"])
-    prepare_run_dir(tmp_path / "run", cfg, resume=False)
+    prepare_run_dir(tmp_path / "run", cfg, resume=False).release()
     assert load_config(tmp_path / "run" / "config.yaml") == cfg
 
 
 def test_fresh_run_refuses_a_directory_holding_a_run(tmp_path):
-    prepare_run_dir(tmp_path, load_config(None), resume=False)
+    prepare_run_dir(tmp_path, load_config(None), resume=False).release()
     with pytest.raises(PopulaError, match="already holds a run"):
         prepare_run_dir(tmp_path, load_config(None), resume=False)
 
 
 def test_resume_refuses_another_config_and_names_the_keys(tmp_path):
-    prepare_run_dir(tmp_path, load_config(None), resume=False)
+    prepare_run_dir(tmp_path, load_config(None), resume=False).release()
     other = load_config(None, ["seed=1", "lora.rank=4"])
     with pytest.raises(PopulaError, match=r"another config: it differs at lora\.rank, seed"):
         prepare_run_dir(tmp_path, other, resume=True)
 
 
 def test_resume_may_extend_the_number_of_steps(tmp_path):
-    prepare_run_dir(tmp_path, load_config(None, ["run.steps=5"]), resume=False)
-    prepare_run_dir(tmp_path, load_config(None, ["run.steps=10"]), resume=True)
+    prepare_run_dir(tmp_path, load_config(None, ["run.steps=5"]), resume=False).release()
+    prepare_run_dir(tmp_path, load_config(None, ["run.steps=10"]), resume=True).release()
     assert load_config(tmp_path / "config.yaml").run.steps == 10
 
 
@@ -38,5 +38,5 @@ def test_resume_of_nothing_is_a_clear_error(tmp_path):
 
 
 def test_resume_may_move_the_run_onto_a_ray_cluster(tmp_path):
-    prepare_run_dir(tmp_path, load_config(None), resume=False)
-    prepare_run_dir(tmp_path, load_config(None, ["ray.enabled=true"]), resume=True)
+    prepare_run_dir(tmp_path, load_config(None), resume=False).release()
+    prepare_run_dir(tmp_path, load_config(None, ["ray.enabled=true"]), resume=True).release()

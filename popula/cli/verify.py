@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise PopulaError(f"--workers must be at least 1, got {workers}")
-    if args.out and not Path(args.out).resolve().parent.is_dir():
-        raise PopulaError(f"--out {args.out}: the directory {Path(args.out).resolve().parent} does not exist")
+    if args.out:
+        _check_out(Path(args.out), Path(args.tasks))
     records = read_records(args.tasks)
     start = time.perf_counter()
     bar = None
@@ -84,3 +84,22 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _check_out(out: Path, tasks: Path) -> None:
+    """Refuse an --out that cannot take the results, before any work is done (and so before
+    anything is written): a missing directory, a directory, or the input file itself (which
+    the results would replace)."""
+    from popula.errors import PopulaError
+
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise PopulaError(f"--out {out}: the directory {parent} does not exist")
+    if out.is_dir():
+        raise PopulaError(f"--out {out} is a directory; give a file name for the results, e.g. {out / 'results.jsonl'}")
+    same = out.resolve() == tasks.resolve()
+    if not same and out.exists() and tasks.exists():
+        same = os.path.samefile(out, tasks)  # a hard or symbolic link to the input
+    if same:
+        raise PopulaError(f"--out {out} is the input file {tasks}; the results would overwrite the tasks. "
+                          "Write them to another file")

@@ -14,10 +14,11 @@ Where the CPU multiplies bf16 natively the matrix products run under bf16 autoca
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, TextIO
 
 import torch
 from tqdm import tqdm
@@ -109,6 +110,51 @@ def compiled_forward(model: torch.nn.Module, example: torch.Tensor) -> Callable[
     return lambda ids: compiled(input_ids=ids).logits
 
 
+class LineProgress:
+    """The pretrain bar for a log file or a pipe: one plain line per tenth of the steps, or
+    after `every_s` seconds without one, whichever comes first.
+
+    tqdm redraws with a carriage return again and again; a terminal shows one line, but a log
+    keeps every redraw (thousands per build). Here a 5000-step build logs 11 lines (more only
+    if a tenth takes over `every_s`), with the numbers the bar shows. Same methods as the
+    tqdm bar that `train` uses.
+    """
+
+    def __init__(self, total: int, parts: int = 10, every_s: float = 60.0, file: TextIO | None = None) -> None:
+        self.total, self.parts, self.every_s, self.file = total, parts, every_s, file or sys.stderr
+        self.n = 0
+        self.postfix = ""
+        self._part = 0  # a line is due when n reaches part / parts of the total (0: the first update)
+        self._last_at = time.monotonic()
+        self._printed = -1
+
+    def update(self, amount: int) -> None:
+        self.n += amount
+        if self.n * self.parts >= self._part * self.total or time.monotonic() - self._last_at >= self.every_s:
+            self._line()
+            self._part = self.n * self.parts // max(self.total, 1) + 1
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text
+
+    def close(self) -> None:
+        if self.n != self._printed:
+            self._line()
+
+    def _line(self) -> None:
+        self._printed, self._last_at = self.n, time.monotonic()
+        percent = 100 * self.n / self.total if self.total else 100.0
+        print(f"pretrain: {percent:3.0f}% {self.n}/{self.total} steps {self.postfix}".rstrip(), file=self.file, flush=True)
+
+
+def progress_bar(total: int, *, enabled: bool, file: TextIO | None = None) -> Any:
+    """A tqdm bar on a terminal; elsewhere (a log, a pipe, CI) `LineProgress`."""
+    out = file or sys.stderr
+    if enabled and not out.isatty():
+        return LineProgress(total, file=out)
+    return tqdm(total=total, unit="step", desc="pretrain", disable=not enabled, file=out, mininterval=1.0)
+
+
 def train(
     model: torch.nn.Module,
     batches: PackedBatches,
@@ -140,7 +186,7 @@ def train(
     done = tokens = 0
     ema = float("nan")
     stopped_early = False
-    bar = tqdm(total=steps, unit="step", desc="pretrain", disable=not progress, mininterval=1.0)
+    bar = progress_bar(steps, enabled=progress)
     while done < steps:
         if time_limit is not None and time.monotonic() - start >= time_limit:
             stopped_early = True
@@ -160,8 +206,8 @@ def train(
         done += 1
         tokens += ids.numel()
         ema = loss.item() if math.isnan(ema) else 0.95 * ema + 0.05 * loss.item()
-        bar.update(1)
         bar.set_postfix_str(f"loss {ema:.3f} tok/s {tokens / max(time.monotonic() - start, 1e-9):.0f}", refresh=False)
+        bar.update(1)
     bar.close()
     model.eval()
     return TrainStats(steps=done, tokens=tokens, seconds=time.monotonic() - start, final_loss=ema,

@@ -34,7 +34,7 @@ from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
-from popula.run.workers import build_workers
+from popula.run.workers import build_workers, reserve_workers
 
 
 @dataclass
@@ -56,11 +56,8 @@ class PopulationRun:
     """Owns every component of a run; `train()` runs steps until done or stopped."""
 
     def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False) -> None:
-        from transformers import AutoTokenizer
-
-        from popula.adapters import AdapterStore, base_lora_shapes
+        from popula.adapters import base_lora_shapes
         from popula.model.base import resolve_base_model
-        from popula.tasks.prompts import prompt_format, stop_token_ids
 
         # The device and dtype this machine gives `runtime` (auto -> cpu/float32 without a GPU) are
         # decided before anything loads, and written to config.yaml as resolved. A Ray run's
@@ -76,7 +73,35 @@ class PopulationRun:
         if cfg.lora.rank > smallest:
             raise PopulaError(f"lora.rank={cfg.lora.rank} is above the smallest dimension ({smallest}) of the "
                               f"target modules of {cfg.base_model}: a LoRA cannot have a higher rank than its layer")
-        prepare_run_dir(run_dir, cfg, resume)
+        # Where the workers run is settled before the directory is touched too: a Ray cluster
+        # that cannot place the actors refuses the run here (exit 2), naming asks and resources.
+        self.reservation = reserve_workers(cfg)
+        self.workers: Any = None
+        try:
+            # Held until close(): no second process may write this directory while this run lives.
+            self.lock = prepare_run_dir(run_dir, cfg, resume)
+        except BaseException:
+            if self.reservation is not None:
+                self.reservation.release()
+            raise
+        try:
+            self._open(resume)
+        except BaseException:
+            # A run that fails to start releases what it started (Ray actors, sandbox workers) and the lock.
+            if self.workers is not None:
+                self.workers.close()
+            elif self.reservation is not None:
+                self.reservation.release()
+            self.lock.release()
+            raise
+
+    def _open(self, resume: bool) -> None:
+        from transformers import AutoTokenizer
+
+        from popula.adapters import AdapterStore
+        from popula.tasks.prompts import prompt_format, stop_token_ids
+
+        cfg, run_dir = self.cfg, self.run_dir
         _seed_everything(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
         self.store = AdapterStore(run_dir / "adapters", self.base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
@@ -86,7 +111,7 @@ class PopulationRun:
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size, cfg.tasks.reference_weighting)
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
-        self.workers = build_workers(cfg, self.base_path)
+        self.workers = build_workers(cfg, self.base_path, self.reservation)
         self.engine, self.sandbox, self.learner = self.workers.engine, self.workers.sandbox, self.workers.learner
         g = cfg.generation
         self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,
@@ -298,8 +323,11 @@ class PopulationRun:
         return evolved
 
     def close(self) -> None:
-        self.metrics.close()
-        self.workers.close()
+        try:
+            self.metrics.close()
+            self.workers.close()
+        finally:
+            self.lock.release()
 
 
 def _seed_everything(seed: int) -> None:

@@ -26,10 +26,21 @@ record, so a redone call returns what the first attempt would have.
 The learner actor is NOT restarted: its optimiser moments live only in it, and a fresh one
 would silently train from step-0 weights. Its death raises a PopulaError telling the user to
 `popula run ... --resume` from the last checkpoint (which holds the whole learner state).
+
+Placement: Ray keeps an actor it cannot place pending forever, without a word, so the run
+decides placement itself before any actor exists. `actor_asks` lists what each actor asks for
+(`ray.*_cpus` left at None fit a local cluster: its CPUs shared among the actors, at most one
+each; the actors take turns within a step, so a fraction of a CPU costs no speed). An ask that
+can never fit the cluster (more than its total, or more than any node has) is refused at once;
+otherwise all actors are reserved together as one placement group, and a reservation still
+pending after `ray.pending_timeout_s` is refused the same way: exit 2, naming each actor's ask
+and the cluster's resources. Actors are owned by the driver: when it exits (Ctrl-C, SIGTERM,
+an error) they go with it, and a local cluster it started is shut down.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -396,18 +407,21 @@ def _close(actors: list[Any]) -> None:
 
 # -- building ------------------------------------------------------------------------------------------------
 
-def connect(cfg: Config) -> None:
-    """Join the configured cluster, or start a local one; a driver already connected is left as it is."""
+def connect(cfg: Config) -> bool:
+    """Join the configured cluster, or start a local one; a driver already connected is left as it is.
+
+    True when this call started a local cluster (its size is then the run's to decide)."""
     try:
         import ray
     except ImportError:
         raise PopulaError("ray.enabled / --ray: the `ray` package is not installed (pip install 'ray==2.60.0')") from None
 
     if ray.is_initialized():
-        return
+        return False
     r = cfg.ray
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
-    if r.address is None and "RAY_ADDRESS" not in os.environ:
+    local = r.address is None and "RAY_ADDRESS" not in os.environ
+    if local:
         # A local cluster this run starts (and owns): sized by the config, not by Ray's guesses.
         if r.num_cpus is not None:
             kwargs["num_cpus"] = r.num_cpus
@@ -418,6 +432,7 @@ def connect(cfg: Config) -> None:
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise PopulaError(f"ray.address={r.address!r}: cannot connect to a Ray cluster ({err}); start one with "
                           "`ray start --head` or leave ray.address empty to start a local one") from err
+    return local
 
 
 def actor_runtime(cfg: Config, gpus: float) -> Runtime:
@@ -431,41 +446,228 @@ def actor_runtime(cfg: Config, gpus: float) -> Runtime:
     return Runtime(device=device, dtype=dtype)
 
 
-def build_ray(cfg: Config, base_path: str | Path, n_adapters: int) -> tuple[RayEngine, RaySandbox, RayLearner]:
-    """Start the actors with the config's resources; returns proxies for engine, sandbox, learner."""
+@dataclass(frozen=True)
+class Ask:
+    """What one actor asks Ray for."""
+
+    actor: str  # "engine 0", "sandbox 1", "learner"
+    cpus: float
+    gpus: float
+
+    @property
+    def bundle(self) -> dict[str, float]:
+        return {k: v for k, v in (("CPU", self.cpus), ("GPU", self.gpus)) if v > 0}
+
+    def __str__(self) -> str:
+        return f"{self.actor}: {_amount(self.bundle)}"
+
+
+def _amount(resources: Mapping[str, float]) -> str:
+    parts = [f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU") if resources.get(k, 0) or k == "CPU"]
+    return ", ".join(parts)
+
+
+def actor_asks(cfg: Config, local_cpus: float | None) -> list[Ask]:
+    """Each actor's ask. `local_cpus`: the CPUs of a local cluster this run started (None: a
+    joined cluster). A `*_cpus` of None fits: on a local cluster every actor gets an equal share
+    of its CPUs, at most 1 (floored to 0.01 so the sum never exceeds them); elsewhere 1."""
+    r = cfg.ray
+    n = r.engines + r.sandbox_actors + 1
+    fit = 1.0 if local_cpus is None else min(1.0, math.floor(local_cpus / n * 100) / 100)
+
+    def cpus(value: float | None) -> float:
+        return fit if value is None else value
+
+    return ([Ask(f"engine {i}", cpus(r.engine_cpus), r.engine_gpus) for i in range(r.engines)]
+            + [Ask(f"sandbox {i}", cpus(r.sandbox_cpus), 0.0) for i in range(r.sandbox_actors)]
+            + [Ask("learner", cpus(r.learner_cpus), r.learner_gpus)])
+
+
+def _cluster_nodes() -> list[dict[str, float]]:
     import ray
 
-    connect(cfg)
-    r = cfg.ray
-    base: Any = str(base_path)
-    if r.ship_base and Path(base_path).is_dir():
-        size = sum(p.stat().st_size for p in Path(base_path).rglob("*") if p.is_file())
-        if size > BASE_SHIP_LIMIT:
-            raise PopulaError(f"ray.ship_base: {base_path} is {size >> 20} MiB, above {BASE_SHIP_LIMIT >> 20} MiB; "
-                              "set ray.ship_base=false and give every node the base at the same path (or a hub id)")
-        # In a list, so Ray hands the actors the ref (they fetch it) rather than resolving it into an argument.
-        base = [ray.put((Path(base_path).name, directory_bundle(Path(base_path))))]
-    restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts, "scheduling_strategy": r.strategy}
+    return [{"CPU": float(n["Resources"].get("CPU", 0)), "GPU": float(n["Resources"].get("GPU", 0)),
+             "address": n.get("NodeManagerAddress", "?")} for n in ray.nodes() if n.get("Alive")]
 
-    # Built by the same code as a local run's engine; the device of an actor is where Ray puts
-    # it (engine_gpus / learner_gpus), the dtype the config's (auto: bf16 on a GPU actor).
-    options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed,
-                               **engine_options(cfg, base_path, actor_runtime(cfg, r.engine_gpus))}
-    engine_cls = ray.remote(EngineActor).options(num_cpus=r.engine_cpus, num_gpus=r.engine_gpus, **restart)
-    engines = [engine_cls.remote(cfg.engine, base, options, r.torch_threads) for _ in range(r.engines)]
 
-    sandbox_cls = ray.remote(SandboxActor).options(num_cpus=r.sandbox_cpus, **restart)
-    sandboxes = [sandbox_cls.remote(cfg.sandbox.workers) for _ in range(r.sandbox_actors)]
+def describe_cluster(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, float] | None = None) -> str:
+    total = {k: sum(float(n[k]) for n in nodes) for k in ("CPU", "GPU")}
+    text = f"the cluster has {_amount(total)} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
+    if len(nodes) > 1:
+        text += " (" + "; ".join(f"{n['address']}: {_amount(n)}" for n in nodes) + ")"
+    if available is not None:
+        text += f", of which {_amount(available)} free now"
+    return text
 
-    learner_cls = ray.remote(LearnerActor).options(num_cpus=r.learner_cpus, num_gpus=r.learner_gpus,
-                                                    max_restarts=0)
-    learner_rt = actor_runtime(cfg, r.learner_gpus)
-    learner = learner_cls.remote(base, cfg.lora, cfg.learner, cfg.seed, n_adapters, learner_rt.device,
-                                 r.torch_threads, learner_rt.dtype)
-    # The engine proxy keeps the base's ref alive: a restarted engine fetches it again.
-    proxies = RayEngine(engines, base_ref=base), RaySandbox(sandboxes), RayLearner(learner)
-    # Construction errors (a bad base, no GPU) surface here, at start, not in the first step.
-    for proxy in proxies[:2]:
-        proxy.info()
-    ray.get(learner.info.remote())
-    return proxies
+
+def unplaceable(asks: Sequence[Ask], nodes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why `asks` can never be placed on `nodes` (None if they might): the sum of a resource
+    above the cluster's total, or one actor larger than every node. Only certain refusals:
+    anything subtler is left to the placement group and its timeout."""
+    tol = 1e-6
+    for key in ("CPU", "GPU"):
+        want = sum(a.bundle.get(key, 0.0) for a in asks)
+        have = sum(float(n[key]) for n in nodes)
+        if want > have + tol:
+            return f"together they ask {want:g} {key}, more than the cluster's {have:g}"
+    for a in asks:
+        if not any(all(v <= float(n[k]) + tol for k, v in a.bundle.items()) for n in nodes):
+            return f"no node has the {_amount(a.bundle)} that {a.actor} asks for"
+    return None
+
+
+def _refusal(asks: Sequence[Ask], why: str, nodes: Sequence[Mapping[str, Any]],
+             available: Mapping[str, float] | None = None) -> PopulaError:
+    return PopulaError(
+        f"the Ray actors cannot be placed: {why}. Each actor asks {'; '.join(map(str, asks))}, and "
+        f"{describe_cluster(nodes, available)}. Ask for less: lower ray.engine_cpus / ray.sandbox_cpus / "
+        "ray.learner_cpus (fractions such as 0.5 are fine: the actors take turns within a step; leave them "
+        "out to fit a local cluster) or the *_gpus, use fewer ray.engines / ray.sandbox_actors, or give the "
+        "cluster more (ray.num_cpus for a local one, more nodes for a joined one)")
+
+
+def place(cfg: Config, asks: Sequence[Ask], log: Callable[[str], None] = print) -> Any:
+    """Reserve every actor's ask as one placement group, or raise the refusal (module doc).
+
+    Returns the ready placement group (None when no actor asks for anything)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    nodes = _cluster_nodes()
+    if (why := unplaceable(asks, nodes)) is not None:
+        raise _refusal(asks, why, nodes)
+    bundles = [a.bundle for a in asks if a.bundle]
+    if not bundles:
+        return None
+    group = placement_group(bundles, strategy="SPREAD" if cfg.ray.strategy == "SPREAD" else "PACK")
+    timeout = cfg.ray.pending_timeout_s
+    start = time.monotonic()
+    while True:
+        waited = time.monotonic() - start
+        ready, _ = ray.wait([group.ready()], timeout=min(10.0, max(0.0, timeout - waited)))
+        if ready:
+            return group
+        waited = time.monotonic() - start
+        available = {k: float(v) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+        if waited >= timeout:
+            remove_placement_group(group)
+            raise _refusal(asks, f"the cluster did not place them within ray.pending_timeout_s={timeout:g} s "
+                                 "(other work holds its resources, or its nodes cannot take these asks)",
+                           _cluster_nodes(), available)
+        log(f"popula run: waiting {waited:.0f} s (of ray.pending_timeout_s={timeout:g}) for Ray to place the "
+            f"actors ({'; '.join(map(str, asks))}); {describe_cluster(nodes, available)}")
+
+
+def _wait_started(named: Mapping[str, Any], log: Callable[[str], None]) -> None:
+    """Wait until every actor's constructor finished, saying every 30 s which are still starting
+    (their resources are reserved, so this is loading, not waiting for the cluster); a
+    constructor's error is raised here, at start, not in the first step."""
+    import ray
+
+    pending = dict(named)  # ref -> actor name
+    start = time.monotonic()
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=30.0)
+        ray.get(ready)
+        for ref in ready:
+            pending.pop(ref)
+        if pending:
+            log(f"popula run: {time.monotonic() - start:.0f} s, still starting (loading the base model): "
+                f"{', '.join(sorted(pending.values()))}")
+
+
+@dataclass
+class RayReservation:
+    """The run's placement group and the asks it holds; removing it frees the cluster's resources."""
+
+    group: Any
+    asks: list[Ask]
+
+    def release(self) -> None:
+        if self.group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            group, self.group = self.group, None
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to free
+                pass
+
+
+def reserve(cfg: Config, log: Callable[[str], None] = print) -> RayReservation:
+    """Connect (or start a local cluster) and reserve every actor's ask, or raise the refusal.
+
+    Cheap (seconds) and creates no actor: `popula run` calls it before touching the run
+    directory, so a run the cluster cannot take leaves nothing behind."""
+    import ray
+
+    local = connect(cfg)
+    asks = actor_asks(cfg, float(ray.cluster_resources().get("CPU", 0)) if local else None)
+    return RayReservation(place(cfg, asks, log), asks)
+
+
+def build_ray(cfg: Config, base_path: str | Path, n_adapters: int, reservation: RayReservation | None = None,
+              log: Callable[[str], None] = print) -> tuple[RayEngine, RaySandbox, RayLearner, RayReservation]:
+    """Start the actors in their reservation (`reserve`, made here if not given); returns proxies
+    for engine, sandbox, learner, and the reservation (release it after closing the proxies).
+
+    Anything created is killed again, and the reservation released, if starting fails: a
+    failed start leaves no actor behind."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    reservation = reservation or reserve(cfg, log)
+    r, group, asks = cfg.ray, reservation.group, reservation.asks
+    bundle_of: dict[str, int] = {}
+    for a in asks:
+        if a.bundle:
+            bundle_of[a.actor] = len(bundle_of)
+    ask = {a.actor: a for a in asks}
+
+    def where(actor: str) -> dict[str, Any]:
+        """num_cpus/num_gpus and scheduling of one actor: inside its bundle of the group."""
+        a = ask[actor]
+        options: dict[str, Any] = {"num_cpus": a.cpus, "num_gpus": a.gpus}
+        if actor in bundle_of:
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=bundle_of[actor])
+        return options
+
+    created: list[Any] = []
+    try:
+        base: Any = str(base_path)
+        if r.ship_base and Path(base_path).is_dir():
+            size = sum(p.stat().st_size for p in Path(base_path).rglob("*") if p.is_file())
+            if size > BASE_SHIP_LIMIT:
+                raise PopulaError(f"ray.ship_base: {base_path} is {size >> 20} MiB, above {BASE_SHIP_LIMIT >> 20} MiB; "
+                                  "set ray.ship_base=false and give every node the base at the same path (or a hub id)")
+            # In a list, so Ray hands the actors the ref (they fetch it) rather than resolving it into an argument.
+            base = [ray.put((Path(base_path).name, directory_bundle(Path(base_path))))]
+        restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts}
+
+        # Built by the same code as a local run's engine; the device of an actor is where Ray puts
+        # it (engine_gpus / learner_gpus), the dtype the config's (auto: bf16 on a GPU actor).
+        options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed,
+                                   **engine_options(cfg, base_path, actor_runtime(cfg, r.engine_gpus))}
+        engines = [ray.remote(EngineActor).options(**where(f"engine {i}"), **restart).remote(
+            cfg.engine, base, options, r.torch_threads) for i in range(r.engines)]
+        created += engines
+        sandboxes = [ray.remote(SandboxActor).options(**where(f"sandbox {i}"), **restart).remote(cfg.sandbox.workers)
+                     for i in range(r.sandbox_actors)]
+        created += sandboxes
+        learner_rt = actor_runtime(cfg, r.learner_gpus)
+        learner = ray.remote(LearnerActor).options(**where("learner"), max_restarts=0).remote(
+            base, cfg.lora, cfg.learner, cfg.seed, n_adapters, learner_rt.device, r.torch_threads, learner_rt.dtype)
+        created.append(learner)
+        # The engine proxy keeps the base's ref alive: a restarted engine fetches it again.
+        proxies = RayEngine(engines, base_ref=base), RaySandbox(sandboxes), RayLearner(learner)
+        # Construction errors (a bad base, no GPU) surface here, at start, not in the first step.
+        _wait_started({**{e.info.remote(): f"engine {i}" for i, e in enumerate(engines)},
+                       **{s.info.remote(): f"sandbox {i}" for i, s in enumerate(sandboxes)},
+                       learner.info.remote(): "learner"}, log)
+    except BaseException:
+        for actor in created:
+            ray.kill(actor)
+        reservation.release()
+        raise
+    return (*proxies, reservation)

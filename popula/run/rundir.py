@@ -1,14 +1,27 @@
 """The run directory (DESIGN 3.3): creating it, and refusing to mix two runs in one.
 
 A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
-saved config differs from the given one (except `run.steps`, which a resume may extend, and `ray.*` / `runtime.*`: a local run may continue on a cluster or another device),
-naming every key that differs.
+saved config differs from the given one (except `run.steps`, which a resume may extend, and
+`ray.*` / `runtime.*`: a local run may continue on a cluster or another device), naming
+every key that differs.
+
+One process at a time: `prepare_run_dir` takes an exclusive lock on `RUN_DIR/.popula.lock`
+(`RunDirLock`) and the run holds it until it ends. Without it two resumes of one directory
+both run, append the same steps to metrics.jsonl twice and race each other's checkpoint
+renames. The lock is `flock(2)`, so the kernel drops it when the holder dies in any way
+(kill -9 included): a lock file left behind never blocks the next run; the file only tells
+the refused process who holds it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import signal
+import socket
+import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -27,7 +40,93 @@ def _resumable(key: str) -> bool:
     return key in RESUMABLE_KEYS or key.split(".", 1)[0] in RESUMABLE_KEYS
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> None:
+LOCK_NAME = ".popula.lock"
+
+
+class RunDirLock:
+    """An exclusive, process-lifetime lock on one run directory (see the module docstring).
+
+    `flock` locks belong to the open file: a second lock attempt fails even from the same
+    process, and the lock goes away when the file is closed or the holder exits. The file's
+    text names the holder (pid, host, start time, command) for the refusal message.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunDirLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise PopulaError(
+                f"{self.run_dir} is in use by another popula process ({holder}); two processes writing one "
+                "run directory would write its steps twice. Wait for that process to end, or stop it (Ctrl-C) "
+                "and run again; to run beside it, choose another --out"
+            ) from None
+        except OSError as err:
+            os.close(fd)
+            raise PopulaError(f"{self.path}: cannot lock the run directory ({err.strerror or err})") from None
+        command = " ".join(sys.argv)
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {started}: {command}\n".encode())
+        self._fd = fd
+        return self
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Unlock (the file stays: removing it could let a third process lock a fresh inode)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor of the open file drops the flock
+
+    def __enter__(self) -> "RunDirLock":
+        return self if self.held else self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "a process that has not yet written its pid"
+
+
+def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> RunDirLock:
+    """Check that `run_dir` may take this run, lock it, and write the resolved config.
+
+    Returns the held lock; the caller keeps it for the whole run and releases it at the end
+    (the kernel releases it if the process dies first). Checks happen under the lock, so two
+    fresh runs started together cannot both find the directory empty.
+    """
+    config_path = run_dir / "config.yaml"
+    if resume and not config_path.exists():
+        raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunDirLock(run_dir).acquire()
+    try:
+        _check_and_write_config(run_dir, cfg, resume)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _check_and_write_config(run_dir: Path, cfg: Config, resume: bool) -> None:
     config_path = run_dir / "config.yaml"
     if resume:
         if not config_path.exists():
@@ -44,7 +143,6 @@ def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> None:
         raise PopulaError(
             f"{run_dir} already holds a run; continue it with --resume or choose another --out"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
     tmp = config_path.with_name("config.yaml.tmp")
     tmp.write_text(cfg.to_yaml(), encoding="utf-8")
     tmp.replace(config_path)

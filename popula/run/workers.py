@@ -54,20 +54,38 @@ def runtime_of(cfg: Config) -> Runtime:
     return resolve_runtime(cfg.runtime.device, cfg.runtime.dtype)
 
 
-def build_workers(cfg: Config, base_path: str | Path) -> Workers:
+def reserve_workers(cfg: Config) -> Any:
+    """Settle where the workers will run before anything is written: on Ray, connect and reserve
+    every actor's resources (refusing, exit 2, what the cluster cannot take); locally nothing.
+    Returns what `build_workers` takes (release it with `.release()` if the run never builds)."""
+    if not cfg.ray.enabled:
+        return None
+    from popula.run.ray_workers import reserve
+
+    return reserve(cfg)
+
+
+def build_workers(cfg: Config, base_path: str | Path, reservation: Any = None) -> Workers:
     """The run's workers where the config puts them: Ray actors when `ray.enabled`, else this process."""
-    return build_ray(cfg, base_path) if cfg.ray.enabled else build_local(cfg, base_path)
+    return build_ray(cfg, base_path, reservation) if cfg.ray.enabled else build_local(cfg, base_path)
 
 
 build_stack = build_workers
 
 
-def build_ray(cfg: Config, base_path: str | Path) -> Workers:
+def build_ray(cfg: Config, base_path: str | Path, reservation: Any = None) -> Workers:
     """Engines, sandboxes and learner as Ray actors (popula.run.ray_workers), behind proxies."""
     from popula.run.ray_workers import build_ray as start_actors
 
-    engine, sandbox, learner = start_actors(cfg, base_path, n_adapters(cfg))
-    return Workers(engine=engine, sandbox=sandbox, learner=learner, release=learner.close)
+    engine, sandbox, learner, reservation = start_actors(cfg, base_path, n_adapters(cfg), reservation)
+
+    def release() -> None:
+        try:
+            learner.close()
+        finally:
+            reservation.release()
+
+    return Workers(engine=engine, sandbox=sandbox, learner=learner, release=release)
 
 
 def build_local(cfg: Config, base_path: str | Path) -> Workers:

@@ -14,6 +14,7 @@ for each student answer.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
@@ -49,6 +50,19 @@ def hidden_split(n_inputs: int) -> int:
     return n_inputs // 2
 
 
+@functools.lru_cache(maxsize=4096)
+def _not_a_value(outputs: tuple[str, ...]) -> Rejection | None:
+    """Why the first output that is not a value fails to read; cached, as the rollouts of one
+    task are judged against the same outputs."""
+    for i, output in enumerate(outputs):
+        try:
+            read_value(output)
+        except NotAValue as err:
+            return Rejection("unrepresentable", f"outputs[{i}] ({output[:60]!r}) is not a Python value ({err}); "
+                             "correct it, or leave 'outputs' out to have the sandbox compute them")
+    return None
+
+
 def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     """Check and compile what `record` needs; decide which runs it takes (module doc)."""
     plan = Plan(record)
@@ -76,6 +90,12 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
                 arg_codes = compiled
         return arg_codes
 
+    if record.outputs:
+        # Given outputs are trusted to be the task's values; one that is not a value (a default
+        # object repr, a typo) could never be matched, so the task is invalid, not silently unsolvable.
+        if (bad := _not_a_value(tuple(record.outputs))) is not None:
+            plan.invalid = bad
+            return plan
     if not record.outputs:
         code, args = task_program(), task_args()
         if plan.invalid is not None:

@@ -155,13 +155,25 @@ def _too_long(text: str, what: str, limit: int) -> Rejection | None:
     return None
 
 
+def _compile_error(what: str, err: BaseException) -> Rejection:
+    """CPython gives up on deeply nested source with a bare MemoryError (its parser's stack) or a
+    RecursionError (its compiler's); measured on 3.11 with `"-" * n + "42"`: the compiler stops
+    near n = 3000 (3 x the recursion limit), the parser near 6000, brackets at 200. The message
+    names these limits so the author knows what to change."""
+    if isinstance(err, (MemoryError, RecursionError)):
+        return Rejection("syntax", f"{what}: nested too deeply to compile ({type(err).__name__}): Python compiles "
+                                   "at most about 3000 nested operators or calls and 200 nested brackets; write it "
+                                   "with less nesting")
+    return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
+
+
 def _compile(source: str, mode: str, what: str) -> CodeType | Rejection:
     try:
         return compile(source, f"<{what}>", mode, dont_inherit=True)
     except SyntaxError as err:
         return Rejection("syntax", f"{what}: {err.msg} (line {err.lineno})")
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
-        return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
+        return _compile_error(what, err)
 
 
 def _checked(code: CodeType, what: str, skip_globals: frozenset[str] = frozenset()) -> CodeType | Rejection:
@@ -224,7 +236,7 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
     except SyntaxError as err:
         return _blame_input(sources, what, err)
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
-        return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
+        return _compile_error(what, err)
     lambdas = [c for c in code.co_consts if isinstance(c, CodeType)]
     spans = [(c.co_firstlineno, max((p[1] or 0) for p in c.co_positions())) for c in lambdas]
     expected = [(start, start + text.count("\n") + 2) for start, text in zip(starts, sources)]
@@ -242,7 +254,7 @@ def _blame_input(sources: tuple[str, ...] | list[str], what: str, err: SyntaxErr
         except SyntaxError as own:
             return Rejection("syntax", f"{what if len(sources) == 1 else f'{what}[{i}]'}: {own.msg}")
         except (ValueError, RecursionError, MemoryError, OverflowError) as own:
-            return Rejection("syntax", f"{what}[{i}]: {type(own).__name__}: {own}")
+            return _compile_error(f"{what}[{i}]", own)
     return Rejection("syntax", f"{what}: {err.msg}")
 
 

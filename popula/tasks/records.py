@@ -8,6 +8,8 @@ teacher), so the rest of the code can trust their shape.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -98,16 +100,16 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
     if not isinstance(obj, dict):
         raise PopulaError(f"{where}: a task record must be a JSON object, got {type(obj).__name__}")
 
-    def need(name: str, kind: type, required: bool = True) -> Any:
+    def need(name: str, kind: type | tuple[type, ...], required: bool = True) -> Any:
         if name not in obj:
             if required:
                 raise PopulaError(f"{where}: field '{name}' is missing")
             return None
         value = obj[name]
         if not isinstance(value, kind):
-            raise PopulaError(
-                f"{where}: field '{name}' must be {kind.__name__}, got {type(value).__name__}"
-            )
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            wanted = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise PopulaError(f"{where}: field '{name}' must be {wanted}, got {type(value).__name__}")
         return value
 
     record_id = obj.get("id")
@@ -132,12 +134,19 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
         raise PopulaError(f"{where}: field 'inputs' is empty; a task needs at least one input")
     if task_type in ("code_o", "code_i") and len(inputs) != 1:
         raise PopulaError(f"{where}: field 'inputs' of a {task_type} task must hold exactly one input")
+    if task_type == "code_f" and len(inputs) < 2:
+        # With one input the student would be shown no example, or judged on the one it was shown.
+        raise PopulaError(
+            f"{where}: field 'inputs' of a code_f task holds {len(inputs)} input; it needs at least 2: the "
+            "first half (n // 2) is shown to the student as examples, the rest judge the answer"
+        )
     if outputs and len(outputs) != len(inputs):
         raise PopulaError(
             f"{where}: field 'outputs' has {len(outputs)} entries for {len(inputs)} inputs"
         )
-    message = need("message", str, required=False) or ""
-    answer = need("answer", str, required=False)
+    # null means "none" for the optional text fields: no hint, no answer to judge.
+    message = need("message", (str, type(None)), required=False) or ""
+    answer = need("answer", (str, type(None)), required=False)
     extra = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
     return TaskRecord(
         id=str(record_id),
@@ -152,7 +161,12 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
 
 
 def read_records(path: str | Path) -> list[TaskRecord]:
-    """Read a JSONL task file; blank lines are skipped, any other fault names its line."""
+    """Read a JSONL task file; blank lines are skipped, any other fault names its line.
+
+    Faults that would otherwise pass silently are errors too: a key given twice in one
+    object (JSON keeps the last, so the first value would vanish), two records with one id
+    (their results could not be told apart) and a file without a single record.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -161,23 +175,58 @@ def read_records(path: str | Path) -> list[TaskRecord]:
     except (OSError, UnicodeDecodeError) as err:
         raise PopulaError(f"{path}: cannot read task file ({err})") from None
     records = []
+    first_line: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_no_repeated_keys)
         except json.JSONDecodeError as err:
             raise PopulaError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-        records.append(parse_record(obj, where))
+        except _RepeatedKey as err:
+            raise PopulaError(f"{where}: key {err.key!r} appears twice in one object; keep one") from None
+        record = parse_record(obj, where)
+        if record.id in first_line:
+            raise PopulaError(f"{where}: id {record.id!r} is already the id of line {first_line[record.id]}; "
+                              "every record needs its own id")
+        first_line[record.id] = lineno
+        records.append(record)
+    if not records:
+        what = "is empty" if not text else "holds only blank lines"
+        raise PopulaError(f"{path}: no task records (the file {what}); write one JSON object per line")
     return records
 
 
+class _RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _RepeatedKey(key)
+        obj[key] = value
+    return obj
+
+
 def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as JSONL, atomically: a crash never leaves half a file behind."""
+    """Write rows as JSONL, atomically: a crash never leaves half a file behind.
+
+    The rows go to a new temporary file beside `path` (created with O_EXCL, so never an
+    existing file), which is renamed over `path`, or removed if anything fails.
+    """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
