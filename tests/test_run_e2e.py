@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["population.teachers=2", "population.students=2", "tasks.proposals_per_type=1",
          "tasks.seed_tasks=6", "generation.rollouts=2", "generation.teacher_max_tokens=24",
-         "generation.student_max_tokens=12", "evolution.every=2", "run.checkpoint_every=1"]
+         "generation.student_max_tokens=12", "evolution.every=2", "evolution.min_age=0", "run.checkpoint_every=1"]
 
 
 @pytest.fixture(scope="module")
