@@ -26,6 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from popula.openmp import configure_waits  # noqa: E402
+
+configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
+
 from popula.evaluate import encode_prompt, pass_at_k  # noqa: E402
 from popula.tasks.prompts import prompt_format, stop_token_ids  # noqa: E402
 from popula.tasks.records import TASK_TYPES, TaskRecord, parse_record  # noqa: E402
@@ -143,10 +147,14 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy shared 2-core machine)")
     ap.add_argument("--record", help="write every raw completion here (JSONL)")
     ap.add_argument("--replay", help="score recorded completions instead of generating")
     ap.add_argument("--json", help="write the scores here")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     if args.replay:
         rows = [json.loads(line) for line in Path(args.replay).read_text().splitlines()]
     else:
