@@ -48,7 +48,9 @@ def generate(args: argparse.Namespace) -> list[dict]:
     from popula.model.base import resolve_base_model
 
     base = resolve_base_model(args.model)
-    engine = create_engine(args.engine, base, max_adapters=1, max_rank=8, seed=args.seed, max_batch_size=args.batch)
+    options = ({"max_batch_size": args.batch} if args.engine == "torch"
+               else {"dtype": "float32", "max_model_len": 2048, "max_num_seqs": args.batch})
+    engine = create_engine(args.engine, base, max_adapters=1, max_rank=8, seed=args.seed, **options)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(base))
