@@ -44,13 +44,23 @@ def test_the_task_a_perfect_teacher_writes_parses_back(task):
 def test_an_answer_ended_by_the_end_of_turn_instead_of_the_tag_is_accepted():
     assert DIRECT.parse_answer("6\nThe function doubles its input.", "code_o") == "6"
     assert DIRECT.parse_answer("x):\n    return x\n```\nThis returns x.", "code_f") == "def f(x):\n    return x"
-    assert DIRECT.parse_answer("x):\n    return x", "code_f") is None  # cut off inside the program
+    # the program followed by example calls, no closing fence: the leading def block
+    assert DIRECT.parse_answer("x):\n    return x + 1\n\nprint(f(1))  # Output: 2", "code_f") == "def f(x):\n    return x + 1"
+    assert DIRECT.parse_answer("x):\n    return (x", "code_f") is None  # cut off inside the program
+    assert DIRECT.parse_answer("\n```python\ndef f(n):\n    return n\n```", "code_o") is None  # not a value
     assert DIRECT.parse_answer("", "code_i") is None
 
 
 def test_a_proposal_whose_fence_closed_without_the_tag_is_accepted():
     parsed = DIRECT.parse_proposal("x):\n    return x + 1\n```\n<input>4</input>", "code_o")
     assert parsed is not None and parsed.program == "def f(x):\n    return x + 1" and parsed.inputs == ["4"]
+
+
+def test_a_proposal_that_calls_its_program_instead_of_tagging_inputs_is_accepted():
+    parsed = DIRECT.parse_proposal("a):\n    total = 5 % 3\n    return total\n\nf(10)\n# f will return 5\n```", "code_o")
+    assert parsed is not None and parsed.program == "def f(a):\n    total = 5 % 3\n    return total"
+    assert parsed.inputs == ["10"]
+    assert DIRECT.parse_proposal("x):\n    return x\n# no call", "code_o") is None
 
 
 def test_the_reasoning_style_is_unchanged_for_larger_models():

@@ -295,9 +295,13 @@ class InstructFormat:
         if program is None and self.direct and "</program>" not in text:
             # the program's fence closed but the tag did not: the program ends at the fence
             fenced = re.match(r"<program>\n```python\n(.*?)\n```", text, flags=re.S)
-            if fenced is None:
-                return None
-            program, text = fenced.group(1), text[: fenced.end()] + "</program>" + text[fenced.end():]
+            if fenced is not None and "<input>" in text[fenced.end():]:
+                program, text = fenced.group(1), text[: fenced.end()] + "</program>" + text[fenced.end():]
+            else:
+                untagged = _untagged_proposal(text)
+                if untagged is None:
+                    return None
+                return _proposal(task_type, untagged[0], untagged[1], "")
         if program is None:
             return None
         after = text[text.rfind("</program>") :]
@@ -372,8 +376,11 @@ _DIRECT_ASK = {
 def _unclosed_answer(text: str, task_type: str) -> str | None:
     """The answer of a direct-style completion the model ended without `</answer>`.
 
-    For code_f, the program's ```python fence closes it (anything after is commentary);
-    otherwise the first line is the answer (small models add an explanation below it).
+    What SmolLM2-135M really writes (tests/data/smollm2/): for code_f, the program and then
+    example calls or commentary, with or without the closing fence, so the program is the
+    leading `def f(` block; for code_o/code_i, the value on the first line, sometimes an
+    explanation below it. An answer must be valid Python where it will be used (an
+    expression, or an argument list); a first line that is not is no answer.
     """
     start = text.rfind("<answer>")
     if start < 0:
@@ -381,9 +388,56 @@ def _unclosed_answer(text: str, task_type: str) -> str | None:
     body = text[start + len("<answer>"):]
     if task_type == "code_f":
         fenced = re.match(r"\s*```python\n(.*?)\n```", body, flags=re.S)
-        return fenced.group(1) if fenced else None
+        program = fenced.group(1) if fenced else _leading_def(body.lstrip().removeprefix("```python\n"))
+        return program if program and _compiles(program, "exec") else None
     line = body.strip().split("\n", 1)[0].strip()
-    return line or None
+    if not line:
+        return None
+    return line if _compiles(line if task_type == "code_o" else f"f({line})", "eval") else None
+
+
+def _leading_def(text: str) -> str | None:
+    """The `def f(` block a text starts with: up to the first unindented line after it."""
+    lines = text.split("\n")
+    if not lines or not lines[0].startswith("def f("):
+        return None
+    keep = [lines[0]]
+    for line in lines[1:]:
+        if line.strip() and not line[0].isspace():
+            break
+        keep.append(line)
+    return "\n".join(keep).rstrip() or None
+
+
+def _compiles(source: str, mode: str) -> bool:
+    import ast
+
+    try:
+        ast.parse(source, mode=mode)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+_CALL_LINE = re.compile(r"^(?:print\()?f\((.*)\)\)?(?:\s*(?:#.*|==.*))?$")
+
+
+def _untagged_proposal(text: str) -> tuple[str, list[str]] | None:
+    """(program, inputs) of a direct-style proposal written without `<input>` tags.
+
+    SmolLM2-135M writes the program and then calls it (`f(10)`, `print(f(3))  # 5`): the
+    program is the leading `def f(` block and every such call line gives an input.
+    """
+    body = text[text.find("<program>") + len("<program>"):].lstrip().removeprefix("```python\n")
+    program = _leading_def(body)
+    if program is None or not _compiles(program, "exec"):
+        return None
+    inputs = []
+    for line in body[len(program):].split("\n"):
+        call = _CALL_LINE.match(line.strip())
+        if call and call.group(1).strip() and _compiles(f"f({call.group(1)})", "eval"):
+            inputs.append(call.group(1).strip())
+    return program, inputs
 
 
 def _direct_model(tokenizer: Any) -> bool:
