@@ -55,9 +55,9 @@ def engine(request, world, one_torch_thread):
 def test_a_real_model_gets_the_instruction_format_with_its_chat_template(world):
     _, tok, _, _, _ = world
     fmt = prompt_format(tok)
-    assert isinstance(fmt, InstructFormat)
+    assert isinstance(fmt, InstructFormat) and fmt.direct  # a registry model: the direct style
     assert fmt.student_prompt(TASK).startswith("<|im_start|>system\n")
-    assert fmt.student_prompt(TASK).endswith("<|im_start|>assistant\n")
+    assert fmt.student_prompt(TASK).endswith("<|im_start|>assistant\n<answer>")
 
 
 def test_one_learner_step_and_generation_with_the_new_adapter(world, engine):
