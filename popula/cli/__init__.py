@@ -21,6 +21,7 @@ COMMANDS: list[str] = [
     "plot",
     "leaderboard",
     "pretrain",
+    "models",
     "tasks",
     "eval",
     "retention",

