@@ -94,7 +94,7 @@ _STORE_NAME = _OP["STORE_NAME"]
 _BUILD_SET = _OP["BUILD_SET"]
 _SET_OPS = {_OP[n] for n in ("BUILD_SET", "SET_ADD", "SET_UPDATE") if n in _OP}
 _SET_NAMES = frozenset({"set", "frozenset"})
-_SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference", "keys", "items"})
+_SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
 _FORMAT_METHODS = frozenset({"format", "format_map"})
 
 
@@ -198,8 +198,8 @@ def _check_const(const: object, depth: int = 0) -> None:
 def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> bool:
     """Raise _Forbidden for the first use of something outside the policy (rules.py).
 
-    Returns whether the code is order-sensitive: it builds sets (directly, through
-    set()/frozenset(), set methods or dict-view set operations), whose iteration order
+    Returns whether the code is order-sensitive: it builds sets (displays, comprehensions,
+    set()/frozenset(), set methods, frozenset constants), whose iteration order
     of strings depends on the hash seed, so its validation needs more runs (pool.py).
     """
     codes = _all_codes(code)

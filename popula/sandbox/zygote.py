@@ -113,7 +113,8 @@ def _isolate_network():
 
 
 def _check_aslr(warnings):
-    """Address-based nondeterminism (id(), default reprs) is caught reliably only with ASLR."""
+    """Address-based nondeterminism (default reprs) is caught reliably only with ASLR;
+    True when it is off (then each child also jitters its heap)."""
     ADDR_NO_RANDOMIZE = 0x0040000
     persona = _LIBC.personality(0xFFFFFFFF)
     try:
@@ -126,6 +127,8 @@ def _check_aslr(warnings):
             "address-space randomisation (ASLR) is off: workers shift their heaps at random, "
             "but nondeterminism through default object reprs may go undetected"
         )
+        return True  # children shift their heaps too (_jitter_heap)
+    return False
 
 
 def _die_with_parent():
@@ -327,9 +330,8 @@ def _identity_builtins(variant, cfg):
     return {"id": id, "hash": hash}
 
 
-def _job_builtins(base, tables, identity):
-    """Fresh builtins with an importer whose module copies live for this job only."""
-    made = {}
+def _importer(tables, made):
+    """An allow-list __import__ whose module copies live in `made` (one dict per input)."""
 
     def module(name):
         if name not in made:
@@ -350,10 +352,34 @@ def _job_builtins(base, tables, identity):
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         return module(name) if fromlist else module(name.partition(".")[0])
 
-    fresh = dict(base)
-    fresh.update(identity)
-    fresh["__import__"] = safe_import
-    return fresh
+    return safe_import
+
+
+class _Prepared:
+    """What the worker builds once, before any fork, so a job's child copies nothing.
+
+    Copying builtins and module tables in the child wrote a reference count into every
+    object it copied, and each such write costs a copy-on-write page fault in a fresh
+    child: most of a job's cost. Built here instead, they are shared read-only pages:
+    per variant a builtins dict (identity masks included), and one set of module copies
+    for a job's first input. A job's later inputs get fresh copies built on import (so no
+    input sees another's changes to a module); the first input's copies are fresh too,
+    since every job starts from this worker's untouched memory in a process of its own.
+    """
+
+    def __init__(self, base, tables, cfg):
+        self.tables = tables
+        self.builtins = [dict(base, **_identity_builtins(v, cfg)) for v in (0, 1)]
+        self.first_made = {}
+        first = _importer(tables, self.first_made)
+        for name in sorted(tables):
+            first(name, fromlist=("_",))
+
+    def builtins_for(self, variant, first):
+        """The builtins of one input (the variant's dict, with this input's importer)."""
+        fresh = self.builtins[variant % 2]
+        fresh["__import__"] = _importer(self.tables, self.first_made if first else {})
+        return fresh
 
 
 def _jail(cfg):
@@ -436,20 +462,19 @@ def _describe(err):
     return f"{type(err).__name__}: {message[:300]}"
 
 
-def _execute(job, base_builtins, tables, cfg):
+def _execute(job, prepared, cfg):
     """Run one job inside the jailed child; return the result dict."""
     _, kind, program, arg_codes, expr, variant = job
-    identity = _identity_builtins(variant, cfg)
     outputs = []
     try:
         if kind == "expr":
-            scope = {"__builtins__": _job_builtins(base_builtins, tables, identity), "__name__": rules.TASK_MODULE_NAME}
+            scope = {"__builtins__": prepared.builtins_for(variant, True), "__name__": rules.TASK_MODULE_NAME}
             items = [eval(expr, scope)]
         else:
             items = []
-            for arg_code in arg_codes:
+            for i, arg_code in enumerate(arg_codes):
                 scope = {  # fresh per input: inputs cannot see each other's state
-                    "__builtins__": _job_builtins(base_builtins, tables, identity),
+                    "__builtins__": prepared.builtins_for(variant, i == 0),
                     "__name__": rules.TASK_MODULE_NAME,
                 }
                 exec(program, scope)
@@ -472,7 +497,7 @@ def _execute(job, base_builtins, tables, cfg):
         return {"err": "runtime_error", "detail": _describe(err)}
 
 
-def _child(job, cfg, base_builtins, tables, write_fd):
+def _child(job, cfg, prepared, write_fd):
     """The life of one job's process: close everything, jail, run, report once, exit."""
     try:
         for fd in (0, 1, 2):
@@ -480,8 +505,9 @@ def _child(job, cfg, base_builtins, tables, write_fd):
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, 1 << 16)  # the pool's pipes, /dev/null's extra fd, ...
         _jail(cfg)
-        _jitter_heap()
-        result = _execute(job, base_builtins, tables, cfg)
+        if cfg["jitter"]:
+            _jitter_heap()
+        result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
         try:
             data = json.dumps(result).encode()
@@ -581,12 +607,24 @@ def _supervise(pid, read_fd, cfg):
     return _blame(status, cfg)
 
 
-def _run_job(job, cfg, base_builtins, tables):
+def _fork():
+    """fork(2) straight from libc: os.fork()'s after-fork bookkeeping (re-initialising
+    thread state, locks and at-fork hooks such as random's reseed) costs about as much as
+    the fork itself on the development machine, and a job's child needs none of it: this
+    worker has one thread, holds no import lock while it forks, and the child ends with
+    os._exit. Falls back to os.fork if libc's fork fails."""
+    pid = _LIBC.fork()
+    if pid < 0:
+        return os.fork()
+    return pid
+
+
+def _run_job(job, cfg, prepared):
     """Fork a fresh jailed child for one job; its result (JSON bytes)."""
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
-        _child(job, cfg, base_builtins, tables, write_fd)
+        _child(job, cfg, prepared, write_fd)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)
@@ -660,14 +698,13 @@ def main():
         os.dup2(_DEVNULL, fd)
     warnings = []
     _die_with_parent()
-    _check_aslr(warnings)
+    cfg["jitter"] = _check_aslr(warnings)
     problems = _jail_problems(cfg)
     if problems:
         _send(proto_out, json.dumps({"jail_error": problems}).encode())
         return
     _load_codecs()
-    tables = _module_tables(warnings)
-    base_builtins = _make_builtins()
+    prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
     gc.collect()
     gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
     hello = {"pid": os.getpid(), "hash_probe": hash("popula hash probe"), "warnings": warnings}
@@ -677,7 +714,7 @@ def main():
         if header is None:
             return
         jobs = marshal.loads(_read_exact(proto_in, _FRAME.unpack(header)[0]))
-        results = [(job[0], _run_job(job, cfg, base_builtins, tables)) for job in jobs]
+        results = [(job[0], _run_job(job, cfg, prepared)) for job in jobs]
         _send(proto_out, marshal.dumps(results))
 
 
