@@ -273,7 +273,7 @@ class _Bench:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="popula-retention-")))
         self.store = AdapterStore(root, base_path, rank=lora.rank, alpha=lora.alpha,
                                   target_modules=lora.target_modules, seed=cfg.seed)
-        self.sandbox = stack.enter_context(Sandbox(workers=cfg.sandbox.workers))
+        self.sandbox = stack.enter_context(Sandbox(workers=cfg.sandbox.workers, isolation=cfg.sandbox.isolation))
         types = list(cfg.tasks.types)
         workers = cfg.sandbox.workers
         self.eval_tasks = generate_tasks(settings.tasks, seed=settings.seed, types=types, namespace=EVAL_NAMESPACE,

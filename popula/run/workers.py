@@ -57,4 +57,4 @@ def build_local(cfg: Config, base_path: str | Path) -> Workers:
     # vLLM learns the target modules from each adapter's config; the torch engine wraps them up front.
     options = {"target_modules": cfg.lora.target_modules} if cfg.engine == "torch" else {}
     engine = create_engine(cfg.engine, base_path, max_adapters=n + 1, max_rank=cfg.lora.rank, seed=cfg.seed, **options)
-    return Workers(engine=engine, sandbox=Sandbox(workers=cfg.sandbox.workers), learner=learner)
+    return Workers(engine=engine, sandbox=Sandbox(workers=cfg.sandbox.workers, isolation=cfg.sandbox.isolation), learner=learner)

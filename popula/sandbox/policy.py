@@ -181,7 +181,7 @@ def _check_attribute(attr: str, own: set[str], what: str = "attribute") -> None:
             raise _Forbidden(f"uses the private {what} {attr!r}")
 
 
-def _check_const(const: object, depth: int = 0) -> None:
+def _check_const(const: object, own: set[str], depth: int = 0) -> None:
     """Strings anywhere in the constants, tuples and frozensets included (class-pattern
     keywords, getattr names, format templates are constants)."""
     if isinstance(const, str):
@@ -190,9 +190,11 @@ def _check_const(const: object, depth: int = 0) -> None:
             raise _Forbidden(f"contains the string {const!r}, a dunder attribute name")
         if const in rules.FRAME_ATTRIBUTES:
             raise _Forbidden(f"contains the string {const!r}, an interpreter-internal attribute name")
+        if const in rules.REGISTRY_ATTRIBUTES and const not in own:
+            raise _Forbidden(f"contains the string {const!r}, a registry method name")
     elif isinstance(const, (tuple, frozenset)) and depth < 20:
         for item in const:
-            _check_const(item, depth + 1)
+            _check_const(item, own, depth + 1)
 
 
 def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> bool:
@@ -210,7 +212,7 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> b
         sets = _check_one(c, instructions, own, skip_globals) or sets
         for const in c.co_consts:
             if not isinstance(const, CodeType):
-                _check_const(const)
+                _check_const(const, own)
                 if isinstance(const, frozenset):
                     sets = True
     return sets

@@ -107,7 +107,6 @@ SAFE_DUNDER_ATTRIBUTES: frozenset[str] = frozenset(
         "__le__",
         "__gt__",
         "__ge__",
-        "__hash__",
         "__repr__",
         "__str__",
         "__iter__",

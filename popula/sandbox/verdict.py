@@ -44,7 +44,7 @@ def validation(runs: list[RunResult], inputs: list[str]) -> tuple[str | None, st
             return "runtime_error", "the runs returned a wrong number of outputs", []
         for other in runs[1:]:
             for i, (x, y) in enumerate(zip(first, other["ok"])):
-                if not reprs_equal(x, y):
+                if not reprs_equal(x, y, ordered_dicts=True):
                     return (
                         "nondeterministic",
                         f"input {i} ({_short(inputs[i], 40)}) gave {_short(x)} in one run and {_short(y)} in another",

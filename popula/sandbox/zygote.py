@@ -250,10 +250,15 @@ def _make_builtins():
     real_getattr, real_setattr = builtins.getattr, builtins.setattr
     real_delattr, real_hasattr = builtins.delattr, builtins.hasattr
 
+    import abc
+
     def traverses(obj, name):
         # str.format/format_map walk attribute chains ('{0.gi_frame}'): only reachable
         # from a computed name, since the static check allows .format on literals only.
-        return name in ("format", "format_map") and (isinstance(obj, str) or obj is str)
+        # ABCMeta.register changes isinstance for the whole (job's) process.
+        if name in ("format", "format_map"):
+            return isinstance(obj, str) or obj is str
+        return name == "register" and isinstance(obj, abc.ABCMeta)
 
     def safe_getattr(obj, name, *default):  # a private name behaves as a missing attribute
         if _hidden(name) or traverses(obj, name):
@@ -308,24 +313,62 @@ def _stable_hash(obj, depth=0):
 def _identity_builtins(variant, cfg):
     """id() and hash() whose process-dependent values differ in every bit between variants.
 
-    id(x) is x's address XOR a mask; hash(x) of a seed- or address-hashed value (str,
-    bytes, object(), classes, ...) is XOR-ed with another. Even variants use the masks,
-    odd ones their complements, so any output computed from these values (its parity,
-    its order, its value mod n) comes out different in a task's two runs, and the task is
-    rejected as nondeterministic. Stable hashes (ints, floats, tuples of them) are
-    CPython's own. XOR with a constant keeps ids unique and hashes consistent.
+    The real values differ between two processes at random (addresses, hash seeds), so a
+    1-bit output such as `hash(object()) % 2` would agree half the time. Instead, id(x)
+    is a per-run counter in order of first request (the same in both runs of a
+    deterministic program), and hash(x) of a seed- or address-hashed value is a
+    seed-free digest of its content (str, bytes, tuples/frozensets of them) or that
+    counter (identity-hashed objects); both are XOR-ed with a mask that even variants use
+    and odd variants complement. So any output computed from them (parity, order, value
+    mod n) differs between a task's two runs, and the task is rejected as
+    nondeterministic. Stable hashes (ints, floats, tuples of them) are CPython's own.
+    Equal values keep equal hashes; live objects keep distinct ids.
     """
+    import hashlib
+
     id_mask, hash_mask = cfg["id_mask"], cfg["hash_mask"]
     if variant % 2:
         id_mask, hash_mask = id_mask ^ _ID_BITS, hash_mask ^ _HASH_BITS
     real_id, real_hash = builtins.id, builtins.hash
+    counters = {}
+
+    def pseudo_id(obj):
+        key = real_id(obj)
+        if key not in counters:
+            counters[key] = 0x7F0000000000 + 16 * len(counters)
+        return counters[key]
+
+    def digest(obj, depth=0):
+        kind = type(obj)
+        if kind in _STABLE_HASH_TYPES:
+            return real_hash(obj)
+        if kind is str:
+            obj = obj.encode("utf-8", "surrogatepass")
+            kind = bytes
+        if kind is bytes:
+            return int.from_bytes(hashlib.blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
+        if kind is tuple and depth < 50:
+            value = 0x345678
+            for item in obj:
+                value = (value * 1000003 ^ digest(item, depth + 1)) & _HASH_BITS
+            return value
+        if kind is frozenset and depth < 50:
+            value = 0
+            for item in obj:
+                value ^= digest(item, depth + 1)
+            return value
+        real_hash(obj)  # raises TypeError for unhashable values, as CPython does
+        if kind.__hash__ is object.__hash__ or isinstance(obj, type):
+            return pseudo_id(obj) >> 4
+        return real_hash(obj) & _HASH_BITS
 
     def id(obj):  # noqa: A001
-        return real_id(obj) ^ id_mask
+        return pseudo_id(obj) ^ id_mask
 
     def hash(obj):  # noqa: A001
-        value = real_hash(obj)
-        return value if _stable_hash(obj) else value ^ hash_mask
+        if _stable_hash(obj):
+            return real_hash(obj)
+        return digest(obj) ^ hash_mask
 
     return {"id": id, "hash": hash}
 
