@@ -42,6 +42,12 @@ _DENIED = {
         "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "open_by_handle_at": 304, "init_module": 175, "finit_module": 313, "delete_module": 176,
         "kexec_load": 246, "reboot": 169, "personality": 135, "setuid": 105, "setgid": 106,
+        "setreuid": 113, "setregid": 114, "setgroups": 116, "setresuid": 117, "setresgid": 119,
+        "setfsuid": 122, "setfsgid": 123, "capset": 126,
+        "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+        "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+        "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+        "mq_getsetattr": 245,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "connect": 203, "accept": 202, "bind": 200, "listen": 201, "accept4": 242,
@@ -54,6 +60,12 @@ _DENIED = {
         "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "open_by_handle_at": 265, "init_module": 105, "finit_module": 273, "delete_module": 106,
         "kexec_load": 104, "reboot": 142, "personality": 92, "setuid": 146, "setgid": 144,
+        "setreuid": 145, "setregid": 143, "setgroups": 159, "setresuid": 147, "setresgid": 149,
+        "setfsuid": 151, "setfsgid": 152, "capset": 91,
+        "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190, "semop": 193, "semctl": 191,
+        "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
+        "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
+        "mq_getsetattr": 185,
     }),
 }
 
@@ -62,13 +74,20 @@ def _insn(code, jt, jf, k):
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def build():
-    """The filter program as bytes, or None on an architecture this file does not know."""
+# What a batch parent (zygote.py) still needs after its own, outer filter: it forks one
+# child per job, switches that child to the job's uid and kills it at its deadline. Each
+# job's child then stacks the full filter (nothing exempt) on top before task code runs.
+BATCH_PARENT_NEEDS = frozenset({"clone", "fork", "vfork", "kill", "setresuid", "setresgid"})
+
+
+def build(exempt=frozenset()):
+    """The filter program as bytes (denying everything listed except the `exempt` names),
+    or None on an architecture this file does not know."""
     machine = platform.machine()
     if machine not in _DENIED:
         return None
     arch, table = _DENIED[machine]
-    numbers = sorted(set(table.values()))
+    numbers = sorted({nr for name, nr in table.items() if name not in exempt})
     prog = [None, None, _insn(_LD_W_ABS, 0, 0, 0)]  # [0] load arch, [1] check it, [2] load nr
     if machine == "x86_64":
         prog.append(None)  # x32 ABI numbers (bit 30 set) are denied wholesale
@@ -96,8 +115,20 @@ class _Fprog(ctypes.Structure):
 
 def install(libc, program):
     """Install `program` (from build) on the calling process; raises OSError if the kernel refuses."""
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    fprog = _Fprog(len(program) // 8, program)
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    prepare(libc, program)()
+
+
+def prepare(libc, program):
+    """An installer of `program` with every ctypes object built now (in the worker, before it
+    forks): a job's child then only calls it, without building structures in its own memory."""
+    prctl, fprog = libc.prctl, _Fprog(len(program) // 8, program)
+    ref, get_errno = ctypes.byref(fprog), ctypes.get_errno
+
+    def installer():
+        if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ref, 0, 0) != 0:
+            raise OSError(get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+    installer.keep = (fprog, program)  # the kernel reads them at install time: keep them alive
+    return installer

@@ -90,6 +90,7 @@ _HASH_BITS = (1 << 61) - 1
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_PRCTL = _LIBC.prctl  # bound once here: a job's child calls it without building ctypes objects
 
 
 def _isolate_network():
@@ -132,7 +133,7 @@ def _check_aslr(warnings):
 
 
 def _die_with_parent():
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _PRCTL(PR_SET_PDEATHSIG, 9)  # SIGKILL
 
 
 def _freeze_class(cls, warnings):
@@ -425,29 +426,75 @@ class _Prepared:
         return fresh
 
 
-def _jail(cfg):
-    """Everything the child does to itself before task code runs; irreversible."""
+def _seccomp_installers(cfg):
+    """The batch parent's and the job's seccomp installers (None without a filter), prepared
+    once in the worker so a forked child does not build ctypes objects in its own memory."""
+    if "_seccomp_installers" not in cfg:
+        program = cfg["seccomp"]
+        cfg["_seccomp_installers"] = (None, None) if program is None else (
+            seccomp.prepare(_LIBC, seccomp.build(seccomp.BATCH_PARENT_NEEDS)),
+            seccomp.prepare(_LIBC, program),
+        )
+    return cfg["_seccomp_installers"]
+
+
+def _jail_batch(cfg):
+    """What a batch parent does to itself once, for all the jobs of its batch; irreversible.
+
+    It stays root (so it can give each job's child the job uid, and so no job, which never
+    has uid 0, can signal, prlimit, renice or ptrace it), but inside the empty chroot, with
+    no supplementary groups, the memory/file/core/fd limits, and a seccomp filter that
+    denies everything a job's filter denies except fork, kill and the uid switch.
+    """
     os.setpgid(0, 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails with an error instead
     if cfg["chroot"]:
         os.chroot(cfg["jail_dir"])
         os.chdir("/")
         os.setgroups([])
-        os.setgid(cfg["uid"])
-        os.setuid(cfg["uid"])
-    _die_with_parent()  # after setuid, which clears it: a worker that dies takes its child along
+    _die_with_parent()  # a worker that dies takes its batch parent along
     if os.getppid() != cfg["worker_pid"]:
         os._exit(0)  # the worker died before we asked
     mem = cfg["memory_bytes"]
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
-    if cfg["seccomp"] is not None:
-        seccomp.install(_LIBC, cfg["seccomp"])
+    install_batch, _ = _seccomp_installers(cfg)
+    if install_batch is not None:
+        install_batch()
+
+
+def _jail_job(cfg, parent_pid):
+    """What a job's child, forked from a jailed batch parent, adds before task code runs.
+
+    It inherits the chroot, the empty groups, the limits and the outer filter; it takes
+    its own process group, the job uid/gid (real, effective and saved: it can never get
+    root back), dies with its batch parent, may not create processes or threads
+    (RLIMIT_NPROC=0) nor burn more than its CPU limit, and stacks the full seccomp filter
+    (no fork, kill, uid change, ... at all).
+    """
+    os.setpgid(0, 0)
+    if cfg["chroot"]:
+        uid = cfg["uid"]
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _die_with_parent()  # after the uid change, which clears it
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the batch parent died before we asked
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    _, install_job = _seccomp_installers(cfg)
+    if install_job is not None:
+        install_job()
     sys.setrecursionlimit(cfg["recursion_limit"])
+
+
+def _jail(cfg):
+    """The whole jail in one process (batch parent's part, then the job's part): what a job's
+    child ends up under. The worker itself splits it over two processes (_run_batch)."""
+    _jail_batch(cfg)
+    _jail_job(cfg, cfg["worker_pid"])
 
 
 _HEAP_PAD = []
@@ -540,14 +587,13 @@ def _execute(job, prepared, cfg):
         return {"err": "runtime_error", "detail": _describe(err)}
 
 
-def _child(job, cfg, prepared, write_fd):
-    """The life of one job's process: close everything, jail, run, report once, exit."""
+def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
+    """The life of one job's process: drop the batch parent's fds, finish the jail, run,
+    report once, exit. (0-2 are /dev/null already; the batch parent holds no other fds.)"""
     try:
-        for fd in (0, 1, 2):
-            os.dup2(_DEVNULL, fd)  # the worker's stderr stays with the pool
-        os.closerange(3, write_fd)
-        os.closerange(write_fd + 1, 1 << 16)  # the pool's pipes, /dev/null's extra fd, ...
-        _jail(cfg)
+        for fd in parent_fds:
+            os.close(fd)
+        _jail_job(cfg, parent_pid)
         if cfg["jitter"]:
             _jitter_heap()
         result = _execute(job, prepared, cfg)
@@ -562,6 +608,25 @@ def _child(job, cfg, prepared, write_fd):
     os._exit(0)
 
 
+def _batch_parent(jobs, cfg, prepared, write_fd):
+    """The life of one batch's jailed parent: jail itself once, then one fresh child per job
+    (forked from this already jailed process, so a job pays only for the fork and its own
+    small part of the jail), each with a result pipe of its own; stream (job_id, result)
+    frames to the worker as jobs finish."""
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(_DEVNULL, fd)  # the worker's stderr stays with the pool
+        os.closerange(3, write_fd)
+        os.closerange(write_fd + 1, 1 << 16)  # the pool's pipes, /dev/null's extra fd, ...
+        _jail_batch(cfg)
+        me = os.getpid()
+        for job in jobs:
+            _send(write_fd, marshal.dumps((job[0], _run_job(job, cfg, prepared, me, write_fd))))
+    except BaseException:
+        os._exit(_INTERNAL_ERROR)
+    os._exit(0)
+
+
 # ----------------------------------------------------------------------------- parent side
 
 
@@ -570,7 +635,8 @@ def _err(reason, detail):
 
 
 def _probe_jail(cfg):
-    """Fork a child that jails itself exactly as a job's child does and checks the result.
+    """Fork a batch parent and a job child that jail themselves exactly as for a job, and
+    check the result.
 
     '' if the jail holds, else what failed (sent to the pool, which refuses to run).
     """
@@ -580,15 +646,24 @@ def _probe_jail(cfg):
         try:
             os.close(read_fd)
             try:
-                _jail(cfg)
-                _jitter_heap()
-                message = b"ok"
-                if cfg["chroot"]:
-                    if os.listdir("/") or os.getuid() != cfg["uid"] or os.getgroups():
-                        message = b"the chroot or uid change did not take effect"
+                _jail_batch(cfg)
+                parent = os.getpid()
+                child = os.fork()
+                if child == 0:
+                    try:
+                        _jail_job(cfg, parent)
+                        _jitter_heap()
+                        message = b"ok"
+                        if cfg["chroot"]:
+                            if os.listdir("/") or os.getuid() != cfg["uid"] or os.getgroups():
+                                message = b"the chroot or uid change did not take effect"
+                    except BaseException as err:
+                        message = f"{type(err).__name__}: {err}".encode()[:500] or b"error"
+                    os.write(write_fd, message)
+                    os._exit(0)
+                os.waitpid(child, 0)
             except BaseException as err:
-                message = f"{type(err).__name__}: {err}".encode()[:500] or b"error"
-            os.write(write_fd, message)
+                os.write(write_fd, f"{type(err).__name__}: {err}".encode()[:500] or b"error")
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -662,18 +737,48 @@ def _fork():
     return pid
 
 
-def _run_job(job, cfg, prepared):
-    """Fork a fresh jailed child for one job; its result (JSON bytes)."""
+def _run_job(job, cfg, prepared, parent_pid, parent_fd):
+    """In a batch parent: fork a fresh child for one job; its result (JSON bytes)."""
     read_fd, write_fd = os.pipe()
     pid = _fork()
     if pid == 0:
-        _child(job, cfg, prepared, write_fd)
+        _child(job, cfg, prepared, parent_pid, (parent_fd, read_fd), write_fd)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)
     except OSError:
         pass  # the child did it first, or already exited
     return _supervise(pid, read_fd, cfg)
+
+
+def _run_batch(jobs, cfg, prepared):
+    """In the worker: fork a jailed batch parent that runs `jobs`, one child each; collect
+    their results as it streams them. Should a batch parent die early (never by a job's
+    doing: jobs cannot signal it, by uid and seccomp), the job it was on is blamed on the
+    sandbox and a new batch parent takes the rest."""
+    results = {}
+    pending = list(jobs)
+    while pending:
+        read_fd, write_fd = os.pipe()
+        pid = _fork()
+        if pid == 0:
+            _batch_parent(pending, cfg, prepared, write_fd)
+        os.close(write_fd)
+        while True:
+            header = _read_exact(read_fd, _FRAME.size)
+            body = header and _read_exact(read_fd, _FRAME.unpack(header)[0])
+            if not body:
+                break
+            job_id, data = marshal.loads(body)
+            results[job_id] = data
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+        left = [job for job in pending if job[0] not in results]
+        if left:
+            results[left[0][0]] = _err("runtime_error", "the sandbox failed outside the task (its batch parent died)")
+            left = left[1:]
+        pending = left
+    return [(job[0], results[job[0]]) for job in jobs]
 
 
 def _read_exact(fd, n):
@@ -713,6 +818,7 @@ def _jail_problems(cfg):
     if cfg["isolation"] == "none":  # the explicit opt-out: every wall that stands is kept
         if _probe_jail(cfg):
             cfg["seccomp"] = None  # a kernel without seccomp: rlimits alone
+            cfg.pop("_seccomp_installers", None)
         return ""
     if net_error and cfg["seccomp"] is None:
         problems.append(f"no network isolation: {net_error} and no seccomp filter for {os.uname().machine}")
@@ -736,6 +842,7 @@ def main():
     cfg["chroot"] = cfg["isolation"] == "jail"
     cfg["worker_pid"] = os.getpid()
     cfg["seccomp"] = seccomp.build()
+    _seccomp_installers(cfg)  # ctypes objects built before any fork
     proto_in, proto_out = cfg["in_fd"], cfg["out_fd"]
     for fd in (0, 1):  # stdin/stdout are /dev/null (the protocol has its own pipes)
         os.dup2(_DEVNULL, fd)
@@ -757,7 +864,7 @@ def main():
         if header is None:
             return
         jobs = marshal.loads(_read_exact(proto_in, _FRAME.unpack(header)[0]))
-        results = [(job[0], _run_job(job, cfg, prepared)) for job in jobs]
+        results = _run_batch(jobs, cfg, prepared)
         _send(proto_out, marshal.dumps(results))
 
 
