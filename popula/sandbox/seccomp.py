@@ -76,8 +76,24 @@ def _insn(code, jt, jf, k):
 
 # What a batch parent (zygote.py) still needs after its own, outer filter: it forks one
 # child per job, switches that child to the job's uid and kills it at its deadline. Each
-# job's child then stacks the full filter (nothing exempt) on top before task code runs.
+# job's child stacks a second filter that denies exactly these on top, before task code
+# runs: stacked filters all apply (the strictest answer wins), so the child is under the
+# full list. The second filter is kept that small because a job pays for installing it:
+# about 0.1 ms here, against 0.3-0.4 ms for the full list.
 BATCH_PARENT_NEEDS = frozenset({"clone", "fork", "vfork", "kill", "setresuid", "setresgid"})
+
+
+def build_batch_parent():
+    """The batch parent's filter: the full list except BATCH_PARENT_NEEDS (None: unknown arch)."""
+    return build(BATCH_PARENT_NEEDS)
+
+
+def build_job_addition():
+    """The filter a job's child stacks on the batch parent's: BATCH_PARENT_NEEDS only."""
+    machine = platform.machine()
+    if machine not in _DENIED:
+        return None
+    return build(frozenset(_DENIED[machine][1]) - BATCH_PARENT_NEEDS)
 
 
 def build(exempt=frozenset()):

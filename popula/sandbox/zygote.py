@@ -432,8 +432,8 @@ def _seccomp_installers(cfg):
     if "_seccomp_installers" not in cfg:
         program = cfg["seccomp"]
         cfg["_seccomp_installers"] = (None, None) if program is None else (
-            seccomp.prepare(_LIBC, seccomp.build(seccomp.BATCH_PARENT_NEEDS)),
-            seccomp.prepare(_LIBC, program),
+            seccomp.prepare(_LIBC, seccomp.build_batch_parent()),
+            seccomp.prepare(_LIBC, seccomp.build_job_addition()),  # stacked: the full list in all
         )
     return cfg["_seccomp_installers"]
 
@@ -471,8 +471,9 @@ def _jail_job(cfg, parent_pid):
     It inherits the chroot, the empty groups, the limits and the outer filter; it takes
     its own process group, the job uid/gid (real, effective and saved: it can never get
     root back), dies with its batch parent, may not create processes or threads
-    (RLIMIT_NPROC=0) nor burn more than its CPU limit, and stacks the full seccomp filter
-    (no fork, kill, uid change, ... at all).
+    (RLIMIT_NPROC=0) nor burn more than its CPU limit, and stacks a second seccomp filter
+    denying what the batch parent's still allowed (fork, kill, uid change): together,
+    the full list of seccomp.py.
     """
     os.setpgid(0, 0)
     if cfg["chroot"]:
@@ -619,6 +620,9 @@ def _batch_parent(jobs, cfg, prepared, write_fd):
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, 1 << 16)  # the pool's pipes, /dev/null's extra fd, ...
         _jail_batch(cfg)
+        # the batch's code objects and the worker's later objects join the frozen
+        # generation: a job's collections then never walk (and copy-on-write) their pages
+        gc.freeze()
         me = os.getpid()
         for job in jobs:
             _send(write_fd, marshal.dumps((job[0], _run_job(job, cfg, prepared, me, write_fd))))
