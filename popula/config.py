@@ -75,6 +75,10 @@ class GenerationConfig(_Section):
 
 class SandboxConfig(_Section):
     workers: int = Field(2, ge=1)
+    isolation: Literal["jail", "none"] = Field(
+        "jail", description="jail: refuse to run where the OS jail cannot be built; none: run generated code "
+                            "WITHOUT chroot/uid isolation (explicit opt-in, see docs/security.md)"
+    )
 
 
 class LeagueSection(LeagueConfig):

@@ -1,7 +1,7 @@
 """The operating-system jail holds even for code that got past every Python-level check.
 
 These tests run arbitrary (trusted test) code inside a child jailed exactly as a worker
-jails its children (zygote._jail after zygote._isolate_network), standing in for a task
+jails its children (zygote._jail, seccomp filter included, after zygote._isolate_network), standing in for a task
 that found an escape from the policy: it still cannot fork, write a file, reach the
 network, signal other processes, exceed its memory or burn CPU unbounded.
 """
@@ -23,33 +23,48 @@ import popula.sandbox
 ZYGOTE = Path(popula.sandbox.__file__).with_name("zygote.py")
 
 SCRIPT = r"""
-import importlib.util, json, os, signal, socket, sys, tempfile, time
+import ctypes, fcntl, importlib.util, json, os, resource, signal, socket, sys, tempfile, time
 spec = importlib.util.spec_from_file_location("zygote_under_test", sys.argv[1])
 z = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(z)
 target, port = sys.argv[2], int(sys.argv[3])
-warnings = []
-z._isolate_network(warnings)
+net_error = z._isolate_network()
+warnings = [net_error] if net_error else []
 jail = tempfile.mkdtemp()
 os.chmod(jail, 0o555)
-cfg = dict(root=os.geteuid() == 0, jail_dir=jail, uid=1_600_000_123, memory_bytes=256 << 20,
-           cpu_s=1, recursion_limit=1000, worker_pid=os.getpid())
+cfg = dict(chroot=os.geteuid() == 0, jail_dir=jail, uid=1_600_000_123, memory_bytes=256 << 20,
+           cpu_s=1, recursion_limit=1000, worker_pid=os.getpid(), seccomp=z.seccomp.build())
 
 def jailed(body):
+    # as the worker runs a batch: a jailed batch parent forks the job's child, which adds
+    # its own part of the jail; the parent then reports whether it survived the job
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
-            z._jail(cfg, 1)
-            os.write(w, json.dumps(body()).encode())
+            z._jail_batch(cfg)
+            parent = os.getpid()
+            child = os.fork()
+            if child == 0:
+                try:
+                    z._jail_job(cfg, parent)
+                    os.write(w, json.dumps(body()).encode())
+                finally:
+                    os._exit(0)
+            _, child_status = os.waitpid(child, 0)
+            os.write(w, b"\n" + json.dumps(child_status).encode())
         finally:
             os._exit(0)
     os.close(w)
     start = time.monotonic()
     data = b"".join(iter(lambda: os.read(r, 65536), b""))
     _, status = os.waitpid(pid, 0)
-    return data, status, time.monotonic() - start
+    body_data, _, child_status = data.rpartition(b"\n")
+    parent_alive = bool(child_status)
+    if parent_alive:
+        status = json.loads(child_status)
+    return body_data, status, time.monotonic() - start, parent_alive
 
 def attacks():
     out = {}
@@ -62,20 +77,39 @@ def attacks():
     def fork():
         if os.fork() == 0:
             os._exit(0)
+    def sigkill_parent_by_sigio():
+        # same-uid processes may be sent SIGIO (here: SIGKILL via F_SETSIG) by fd ownership
+        rd, wr = os.pipe()
+        fcntl.fcntl(rd, fcntl.F_SETOWN, os.getppid())
+        fcntl.fcntl(rd, 10, signal.SIGKILL)  # F_SETSIG
+        fcntl.fcntl(rd, fcntl.F_SETFL, os.O_ASYNC | fcntl.fcntl(rd, fcntl.F_GETFL))
+        os.write(wr, b"x")
+    def sysv_shm():
+        if libc.shmget(0, 4096, 0o1666) == -1:  # IPC_PRIVATE: would outlive the job
+            raise PermissionError(ctypes.get_errno())
     attempt("fork", fork)
     attempt("write_file", lambda: open(target, "w").write("pwned") and open(target).close())
     attempt("connect", lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
     attempt("signal_parent", lambda: os.kill(os.getppid(), 0))
+    attempt("kill_parent", lambda: os.kill(os.getppid(), signal.SIGKILL))
+    attempt("prlimit_parent", lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (1, 1)))
+    attempt("renice_parent", lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19))
+    attempt("sigio_parent", sigkill_parent_by_sigio)
+    attempt("read_proc", lambda: os.listdir("/proc"))
+    attempt("become_root", lambda: os.setresuid(0, 0, 0))
+    attempt("sysv_shm", sysv_shm)
     attempt("allocate_512MB", lambda: bytearray(512 << 20))
     return out
+
+libc = ctypes.CDLL(None, use_errno=True)
 
 def burn():
     while True:
         pass
 
-data, status, _ = jailed(attacks)
-_, burn_status, burn_s = jailed(burn)
-print(json.dumps({"attacks": json.loads(data), "warnings": warnings, "root": cfg["root"],
+data, status, _, parent_alive = jailed(attacks)
+_, burn_status, burn_s, _ = jailed(burn)
+print(json.dumps({"attacks": json.loads(data), "warnings": warnings, "root": cfg["chroot"], "parent_alive": parent_alive,
                   "burn_signal": os.WTERMSIG(burn_status) if os.WIFSIGNALED(burn_status) else None,
                   "burn_s": burn_s}))
 """
@@ -117,8 +151,7 @@ def test_a_jailed_child_cannot_write_a_file(report):
 
 @pytest.mark.slow
 def test_a_jailed_child_cannot_reach_the_network(report):
-    if report["warnings"]:
-        pytest.skip(f"network namespaces unavailable here: {report['warnings']}")
+    # an empty network namespace, or (where none can be made) the seccomp filter's EPERM
     assert report["attacks"]["connect"] != "succeeded"
 
 
@@ -130,7 +163,27 @@ def test_a_jailed_child_cannot_signal_other_processes(report):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("attack", ["kill_parent", "prlimit_parent", "renice_parent", "become_root", "read_proc", "sysv_shm"])
+def test_a_job_cannot_touch_its_batch_parent_or_leave_anything_behind(report, attack):
+    # the jobs of a batch are children of one jailed batch parent (root, in the chroot);
+    # a job has a uid of its own and the full seccomp filter: no signal, prlimit, renice
+    # or ptrace reaches the parent (and so no later job), no /proc, no SysV IPC object
+    # that could outlive the job
+    if not report["root"]:
+        pytest.skip("without root, children keep the caller's uid")
+    assert report["attacks"][attack] in ("PermissionError", "FileNotFoundError"), report["attacks"]
+
+
+@pytest.mark.slow
+def test_a_job_cannot_kill_its_batch_parent_through_sigio(report):
+    if not report["root"]:
+        pytest.skip("without root, children keep the caller's uid")
+    assert report["parent_alive"], report["attacks"]
+
+
+@pytest.mark.slow
 def test_a_jailed_child_stays_under_its_memory_limit(report):
+
     assert report["attacks"]["allocate_512MB"] == "MemoryError"
 
 

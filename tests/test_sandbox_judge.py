@@ -106,7 +106,6 @@ def test_validated_code_f_runs_only_the_student_program(sandbox):
     "program,inp",
     [
         ("def f(words):\n    return sorted(set(words))", "['pear', 'apple', 'fig']"),
-        ("def f(words):\n    return {w: len(w) for w in set(words)}", "['pear', 'apple', 'fig']"),
         ("def f(words):\n    return set(words)", "['pear', 'apple', 'fig', 'kiwi']"),  # a set is one value
         ("def f(n):\n    return hash(n)", "12345"),  # int hashes do not depend on the seed
         ("def f(s):\n    return len({hash(s), hash(s)})", "'x'"),

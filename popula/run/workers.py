@@ -106,7 +106,7 @@ def build_local(cfg: Config, base_path: str | Path) -> Workers:
 def build_sandbox(cfg: Config, workers: int | None = None) -> Any:
     from popula.sandbox import Sandbox
 
-    return Sandbox(workers=workers or cfg.sandbox.workers)
+    return Sandbox(workers=workers or cfg.sandbox.workers, isolation=cfg.sandbox.isolation)
 
 
 def build_learner(cfg: Config, base_path: str | Path, runtime: Runtime, *, max_adapters: int,

@@ -1,7 +1,8 @@
 """What the sandbox must run for one record, decided before anything runs.
 
 A record without outputs is a task to validate: its program and inputs are checked and
-compiled here, then run twice (in two different workers, see zygote.py). A record that
+compiled here, then run on two different workers (more for a task that builds sets,
+see pool.py), each run in a fresh process of its own (zygote.py). A record that
 already carries outputs was validated earlier: only what judging needs is run, once:
 - code_o: the answer is read as a literal value in this process (no code runs at all);
   an answer that is an expression rather than a literal is evaluated in the sandbox,
@@ -35,7 +36,8 @@ _NO_VALUE = object()
 class Plan:
     record: TaskRecord
     invalid: Rejection | None = None
-    validate: Job | None = None  # run twice when set
+    validate: Job | None = None  # run on two or more workers when set
+    order_sensitive: bool = False  # builds sets: validated on more workers (pool.py)
     answer_value: Any = _NO_VALUE  # a code_o answer read as a literal
     answer_job: Job | None = None  # run once when set
     answer_rejection: Rejection | None = None
@@ -102,6 +104,7 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
             return plan
         assert code is not None and args is not None
         plan.validate = ("run", code, args, None)
+        plan.order_sensitive = policy.order_sensitive(code) or any(policy.order_sensitive(a) for a in args)
     if record.answer is None:
         return plan
     answer = record.answer

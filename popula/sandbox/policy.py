@@ -18,6 +18,7 @@ from __future__ import annotations
 import dis
 import functools
 import sys
+import weakref
 from dataclasses import dataclass
 from types import CodeType
 
@@ -87,63 +88,204 @@ def _local_name(code: CodeType, op: int, arg: int) -> str:
     return names[arg] if arg < len(names) else ""
 
 
-def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> None:
-    """Raise _Forbidden for the first use of something outside the policy (rules.py)."""
+_MATCH_CLASS = _OP.get("MATCH_CLASS", -1)
+_STORE_ATTR = _OP["STORE_ATTR"]
+_STORE_NAME = _OP["STORE_NAME"]
+_BUILD_SET = _OP["BUILD_SET"]
+_SET_OPS = {_OP[n] for n in ("BUILD_SET", "SET_ADD", "SET_UPDATE") if n in _OP}
+_SET_NAMES = frozenset({"set", "frozenset"})
+_SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
+_FORMAT_METHODS = frozenset({"format", "format_map"})
+
+
+@functools.cache
+def _stdlib_private_names() -> frozenset[str]:
+    """Single-underscore attribute names found on the classes and objects a task can reach.
+
+    A program may use a private attribute only if it defines that name itself (module
+    doc); this set closes the loophole of defining, say, `_evaluate` or `_convert_` on a
+    class of its own and then calling it on typing.ForwardRef or enum.Enum.
+    """
+    import builtins
+    import types
+
+    names: set[str] = set()
+
+    def add(kind: type) -> None:
+        names.update(n for n in dir(kind) if n.startswith("_") and not (n.startswith("__") and n.endswith("__")))
+
+    for name in rules.ALLOWED_MODULES:
+        module = __import__(name, fromlist=["_"])
+        for value in vars(module).values():
+            if isinstance(value, type):
+                add(value)
+                add(type(value))
+            elif not isinstance(value, types.ModuleType):
+                add(type(value))
+                inner = getattr(value, "__dict__", None)
+                if isinstance(inner, dict):
+                    names.update(n for n in inner if isinstance(n, str) and n.startswith("_") and not n.endswith("__"))
+    for value in vars(builtins).values():
+        if isinstance(value, type):
+            add(value)
+    return frozenset(names - rules.HARMLESS_STDLIB_PRIVATE - rules.PUBLIC_UNDERSCORE_ATTRIBUTES)
+
+
+def _all_codes(code: CodeType) -> list[CodeType]:
+    out, stack = [], [code]
+    while stack:
+        c = stack.pop()
+        out.append(c)
+        stack.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    return out
+
+
+def _own_names(codes: list[CodeType], decoded: list[list[tuple[int, int]]]) -> set[str]:
+    """Attribute names the program defines itself: `x.name = ...` anywhere, and names bound
+    in class bodies (methods and class attributes)."""
+    own: set[str] = set()
+    for code, instructions in zip(codes, decoded):
+        for op, arg in instructions:
+            if op == _STORE_ATTR or op == _STORE_NAME:
+                own.add(code.co_names[arg])
+    return own
+
+
+def _format_traverses(text: str) -> bool:
+    """Whether str.format on `text` would read attributes ('{0.attr}'), at any nesting."""
+    import _string
+
+    try:
+        for _, field, spec, _ in _string.formatter_parser(text):
+            if field is not None:
+                first, rest = _string.formatter_field_name_split(field)
+                if any(is_attr for is_attr, _ in rest):
+                    return True
+            if spec and _format_traverses(spec):
+                return True
+    except (ValueError, TypeError):
+        return False  # not a valid template: .format would raise before reading anything
+    return False
+
+
+def _check_attribute(attr: str, own: set[str], what: str = "attribute") -> None:
+    if attr in rules.FRAME_ATTRIBUTES:
+        raise _Forbidden(f"uses the {what} {attr!r}")
+    if attr in rules.REGISTRY_ATTRIBUTES and attr not in own:
+        raise _Forbidden(f"uses the registry method {attr!r}")
+    if attr.startswith("_"):
+        if attr.startswith("__") and attr.endswith("__"):
+            if attr not in rules.SAFE_DUNDER_ATTRIBUTES:
+                raise _Forbidden(f"uses the dunder {what} {attr!r}")
+        elif attr not in rules.PUBLIC_UNDERSCORE_ATTRIBUTES and (attr not in own or attr in _stdlib_private_names()):
+            raise _Forbidden(f"uses the private {what} {attr!r}")
+
+
+def _check_const(const: object, own: set[str], depth: int = 0) -> None:
+    """Strings anywhere in the constants, tuples and frozensets included (class-pattern
+    keywords, getattr names, format templates are constants)."""
+    if isinstance(const, str):
+        if _is_unsafe_dunder(const):
+            # getattr(x, "__class__"), "__cla" + "ss__" (folded by the compiler), ...
+            raise _Forbidden(f"contains the string {const!r}, a dunder attribute name")
+        if const in rules.FRAME_ATTRIBUTES:
+            raise _Forbidden(f"contains the string {const!r}, an interpreter-internal attribute name")
+        if const in rules.REGISTRY_ATTRIBUTES and const not in own:
+            raise _Forbidden(f"contains the string {const!r}, a registry method name")
+    elif isinstance(const, (tuple, frozenset)) and depth < 20:
+        for item in const:
+            _check_const(item, own, depth + 1)
+
+
+def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> bool:
+    """Raise _Forbidden for the first use of something outside the policy (rules.py).
+
+    Returns whether the code is order-sensitive: it builds sets (displays, comprehensions,
+    set()/frozenset(), set methods, frozenset constants), whose iteration order
+    of strings depends on the hash seed, so its validation needs more runs (pool.py).
+    """
+    codes = _all_codes(code)
+    decoded = [list(_instructions(c)) for c in codes]
+    own = _own_names(codes, decoded)
+    sets = False
+    for c, instructions in zip(codes, decoded):
+        sets = _check_one(c, instructions, own, skip_globals) or sets
+        for const in c.co_consts:
+            if not isinstance(const, CodeType):
+                _check_const(const, own)
+                if isinstance(const, frozenset):
+                    sets = True
+    return sets
+
+
+def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str], skip_globals: frozenset[str]) -> bool:
     names = code.co_names
+    consts = code.co_consts
     prev: tuple[int, int] = (-1, 0)
     prev2: tuple[int, int] = (-1, 0)
-    for op, arg in _instructions(code):
+    sets = False
+    for op, arg in instructions:
         if op in _GLOBAL_OPS:
             name = names[_name_index(op, arg)]
+            if name in _SET_NAMES:
+                sets = True
             if name in skip_globals:
                 pass
             elif name in rules.REMOVED_BUILTINS:
                 raise _Forbidden(f"uses the forbidden builtin {name!r}")
-            elif name.startswith("__") and name.endswith("__") and name != "__name__":
+            elif name.startswith("__") and name.endswith("__") and name not in rules.SAFE_DUNDER_NAMES:
                 raise _Forbidden(f"uses the dunder name {name!r}")
         elif op in _ATTR_OPS or op == _LOAD_SUPER_ATTR:
             attr = names[_name_index(op, arg)]
-            if attr in rules.FRAME_ATTRIBUTES:
-                raise _Forbidden(f"uses the attribute {attr!r}")
-            if attr in rules.REGISTRY_ATTRIBUTES and not (
-                prev[0] in _LOCAL_OPS and _local_name(code, *prev) in rules.PRIVATE_ATTRIBUTE_RECEIVERS
-            ):
-                raise _Forbidden(f"uses the registry method {attr!r}")
-            if attr.startswith("_"):
-                if attr.startswith("__") and attr.endswith("__"):
-                    if attr not in rules.SAFE_DUNDER_ATTRIBUTES:
-                        raise _Forbidden(f"uses the dunder attribute {attr!r}")
-                elif attr not in rules.PUBLIC_UNDERSCORE_ATTRIBUTES and not (
-                    prev[0] in _LOCAL_OPS and _local_name(code, *prev) in rules.PRIVATE_ATTRIBUTE_RECEIVERS
-                ):
-                    raise _Forbidden(f"uses the private attribute {attr!r}")
+            _check_attribute(attr, own)
+            if attr in _SET_METHODS:
+                sets = True
+            if attr in _FORMAT_METHODS:
+                # str.format reads attributes of its arguments by name, at C level: only on a
+                # literal template, and only one without '{0.attr}' fields
+                receiver = consts[prev[1]] if prev[0] == _LOAD_CONST else None
+                if not isinstance(receiver, str) or _format_traverses(receiver):
+                    raise _Forbidden(f"calls .{attr} on something other than a plain literal template")
+        elif op == _MATCH_CLASS:
+            keywords = consts[prev[1]] if prev[0] == _LOAD_CONST else ()
+            for attr in keywords if isinstance(keywords, tuple) else ():
+                _check_attribute(attr, own, "class-pattern attribute")
+        elif op in _SET_OPS:
+            sets = True
         elif op == _IMPORT_NAME:
             module = names[arg]
-            level = code.co_consts[prev2[1]] if prev2[0] == _LOAD_CONST else None
+            level = consts[prev2[1]] if prev2[0] == _LOAD_CONST else None
             if level != 0:
                 raise _Forbidden("uses a relative import")
             if module not in rules.ALLOWED_MODULES:
                 raise _Forbidden(f"imports the module {module!r}, which the sandbox does not allow")
         elif op in _STORE_GLOBAL_OPS and names[arg] == "__builtins__":
             raise _Forbidden("rebinds '__builtins__'")
+        elif op == _STORE_NAME and names[arg] == "__match_args__":
+            # positional class patterns read these names at C level: constants only
+            value = consts[prev[1]] if prev[0] == _LOAD_CONST else None
+            if not isinstance(value, tuple) or not all(isinstance(n, str) for n in value):
+                raise _Forbidden("sets __match_args__ to something other than a tuple of literal names")
+            for attr in value:
+                _check_attribute(attr, own, "__match_args__ name")
         elif op == _IMPORT_FROM:
             if names[arg].startswith("_"):
                 raise _Forbidden(f"imports the private name {names[arg]!r}")
         prev2, prev = prev, (op, arg)
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            _check_code(const, skip_globals)
-        elif isinstance(const, str) and _is_unsafe_dunder(const):
-            # getattr(x, "__class__"), "__cla" + "ss__" (folded by the compiler), ...
-            raise _Forbidden(f"contains the string {const!r}, a dunder attribute name")
+    return sets
 
 
 def _is_unsafe_dunder(text: str) -> bool:
+    """'__x__' for an identifier x that is not itself wrapped in underscores ('_____' is
+    just underscores, never an attribute Python defines) and not a safe dunder."""
+    inner = text[2:-2]
     return (
         len(text) > 4
         and text.startswith("__")
         and text.endswith("__")
-        and text[2:-2].isidentifier()
+        and inner.isidentifier()
+        and not inner.startswith("_")
+        and not inner.endswith("_")
         and text not in rules.SAFE_DUNDER_ATTRIBUTES
         and text not in ("__name__", "__main__")
     )
@@ -178,10 +320,21 @@ def _compile(source: str, mode: str, what: str) -> CodeType | Rejection:
 
 def _checked(code: CodeType, what: str, skip_globals: frozenset[str] = frozenset()) -> CodeType | Rejection:
     try:
-        _check_code(code, skip_globals)
+        if _check_code(code, skip_globals):
+            _ORDER_SENSITIVE.add(code)
     except _Forbidden as err:
         return Rejection("forbidden", f"{what} {err}")
     return code
+
+
+# Code objects (programs, argument lists) found to build sets; see _check_code. Weakly
+# held, so the set does not keep code alive beyond the compile caches.
+_ORDER_SENSITIVE: "weakref.WeakSet[CodeType]" = weakref.WeakSet()
+
+
+def order_sensitive(code: CodeType) -> bool:
+    """Whether a checked program or argument list builds sets (its validation needs more runs)."""
+    return code in _ORDER_SENSITIVE
 
 
 @functools.lru_cache(maxsize=4096)
@@ -200,7 +353,9 @@ def compile_program(source: str, max_chars: int, what: str = "program") -> CodeT
     return _checked(code, what)
 
 
-_ARGS_ONLY = frozenset({rules.ARGS_NAME})
+# Each input becomes `lambda: _PACK(\n<text>\n)`: an anonymous packer, so that no name
+# exists that an input could mention to reach the worker's own helpers.
+_PACK = "(lambda *a, **k: (a, k))"
 
 
 def compile_argument_lists(sources: list[str], max_chars: int, what: str = "inputs") -> list[CodeType] | Rejection:
@@ -214,7 +369,7 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
     """Argument lists (`a, b=c` each) as code objects returning (args, kwargs); or why not.
 
     All lists of a task compile in one go (compiling is the pool's main cost): the
-    source is `(lambda: ARGS(\n<text 0>\n), lambda: ARGS(\n<text 1>\n), ...)` and each
+    source is `(lambda: PACK(\n<text 0>\n), lambda: PACK(\n<text 1>\n), ...)` and each
     lambda's code object is one input. An input that closes its parenthesis early to
     smuggle code past its neighbours (`1), lambda: g(`) changes the number of lambdas or
     the lines they start and end on, and is rejected. What this does not catch is an input
@@ -229,7 +384,7 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
         if "\r" in text:
             return Rejection("syntax", f"{what}[{i}] contains a carriage return")
         starts.append(lines)
-        parts.append(f"lambda: {rules.ARGS_NAME}(\n{text}\n),\n")
+        parts.append(f"lambda: {_PACK}(\n{text}\n),\n")
         lines += text.count("\n") + 3
     try:
         code = compile("(\n" + "".join(parts) + ")", f"<{what}>", "eval", dont_inherit=True)
@@ -242,15 +397,19 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
     expected = [(start, start + text.count("\n") + 2) for start, text in zip(starts, sources)]
     if spans != expected:  # each call must close on its own closing line
         return Rejection("syntax", f"{what} are not separate argument lists")
-    checked = _checked(code, what, _ARGS_ONLY)
-    return checked if isinstance(checked, Rejection) else tuple(lambdas)
+    checked = _checked(code, what)
+    if isinstance(checked, Rejection):
+        return checked
+    if order_sensitive(code):
+        _ORDER_SENSITIVE.update(lambdas)
+    return tuple(lambdas)
 
 
 def _blame_input(sources: tuple[str, ...] | list[str], what: str, err: SyntaxError) -> Rejection:
     """Name the input that broke the joint compile (the failure path only, so cost is moot)."""
     for i, text in enumerate(sources):
         try:
-            compile(f"{rules.ARGS_NAME}(\n{text}\n)", "<input>", "eval", dont_inherit=True)
+            compile(f"{_PACK}(\n{text}\n)", "<input>", "eval", dont_inherit=True)
         except SyntaxError as own:
             return Rejection("syntax", f"{what if len(sources) == 1 else f'{what}[{i}]'}: {own.msg}")
         except (ValueError, RecursionError, MemoryError, OverflowError) as own:

@@ -4,16 +4,26 @@
         results = sb.verify(records)   # list[VerifyResult], same order as records
 
 Why this shape (measured on the 2-core development machine): a fresh interpreter per run
-costs ~15-25 ms; a fork from a *small* warm parent (`python3 -I -S` plus the allowed
-modules) ~0.5-1 ms; running a typical task ~0.1 ms. So each worker (zygote.py) is such a
-small parent, and it forks one jailed child per *batch* of jobs (a job is all the inputs
-of one task), keeping the jobs of a batch apart inside the child and starting a fresh
-child whenever one dies. Compiling and the static policy check happen once, here, while
-the workers run earlier batches; workers receive code objects. Batches are handed out
-dynamically (a worker that meets a slow task does not hold up the others), with one
-constraint: a task's two validation runs go to two different workers, which differ in
-hash seed and address-space layout, so the runs expose nondeterminism through string
-hashing, set order, id() and default reprs.
+costs ~15-25 ms; a fork from a *small* warm parent (`python3 -s -S` plus the allowed
+modules) well under 1 ms; running a typical task ~0.1 ms. So each worker (zygote.py) is
+such a small parent, and it forks one jailed child per *job* (a job is all the inputs of
+one task, or one answer): a job never shares a process, a heap or a result pipe with
+another job, so a job that escaped the Python policy can spoil only its own verdict.
+Compiling and the static policy check happen once, here, while the workers run earlier
+batches; workers receive code objects in batches (one message per batch, not per job).
+Batches are handed out dynamically (a worker that meets a slow task does not hold up
+the others), with one constraint: a task's validation runs go to *different* workers,
+which differ in hash seed (PYTHONHASHSEED, chosen here, distinct per worker) and
+address-space layout. Two runs suffice for most tasks; a task that builds sets (whose
+iteration order of strings depends on the seed: `list({'a', 'b'})` is a coin flip
+between two seeds) runs on `determinism_runs` different workers, so that a coin-flip
+task passes with probability 2**-(determinism_runs - 1) at most (extra workers start on
+first need).
+
+The jail is required: if a worker cannot build it (not root, no CAP_SYS_CHROOT, ...),
+Sandbox() raises SandboxUnavailable (exit 2 in the CLI) naming what is missing. Only
+`isolation="none"` (config `sandbox.isolation: none`, or POPULA_SANDBOX_ISOLATION=none)
+runs without chroot and uid change, and says so on stderr.
 
 A worker never runs task code itself, so a hostile task cannot stall or poison it; a
 worker that dies anyway (killed from outside, or a bug) is restarted and its tasks run
@@ -37,10 +47,11 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from popula.errors import PopulaError
 from popula.sandbox.limits import Limits
 from popula.sandbox.plan import Job, Plan, plan_record
 from popula.sandbox.verdict import RunResult, assemble, checked
@@ -52,10 +63,38 @@ _UID_BASE = 1_500_000_000  # children run as uids nobody else uses: they can sig
 _MAX_BATCH = 32
 _MAX_ATTEMPTS = 3
 _STARTUP_TIMEOUT_S = 30.0
+ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
+ISOLATIONS = ("jail", "none")
+DETERMINISM_RUNS = 10  # runs of a set-building task, on as many workers (module doc)
 
 
 class SandboxError(RuntimeError):
     """The pool itself failed (a worker could not start): a bug or a broken machine."""
+
+
+class SandboxUnavailable(PopulaError):
+    """This host cannot build the sandbox's jail; the message says what is missing and
+    how to allow it. A PopulaError, so the CLI prints it and exits 2."""
+
+
+def _unavailable_message(problems: str) -> str:
+    return (
+        f"the sandbox cannot build its jail on this host: {problems}. Generated code runs only inside "
+        "this jail (chroot into an empty directory, a uid of its own, no network, seccomp, resource "
+        "limits). To allow it, run popula as root with CAP_SYS_CHROOT, CAP_SETUID and CAP_SETGID "
+        "(Docker grants these by default; no user namespace is needed) and either CAP_SYS_ADMIN or "
+        "seccomp for network isolation. To run WITHOUT the jail, accepting that generated code then "
+        "runs with your own user's rights, opt in explicitly: `sandbox.isolation: none` in the config "
+        f"or {ISOLATION_ENV}=none in the environment (see docs/security.md)."
+    )
+
+
+def resolve_isolation(isolation: str | None) -> str:
+    """The isolation to use: the argument, else $POPULA_SANDBOX_ISOLATION, else 'jail'."""
+    value = isolation if isolation is not None else os.environ.get(ISOLATION_ENV, "jail")
+    if value not in ISOLATIONS:
+        raise PopulaError(f"sandbox isolation must be one of {', '.join(ISOLATIONS)}, got {value!r}")
+    return value
 
 
 @dataclass
@@ -66,6 +105,7 @@ class _Unit:
     role: str  # "run" | "answer"
     job: Job
     gen: int = 0
+    variant: int = 0  # which identity mask the run uses (zygote._identity_builtins)
 
 
 @dataclass
@@ -85,16 +125,32 @@ class _Worker:
 class Sandbox:
     """A pool of warm sandbox workers; see the module docstring."""
 
-    def __init__(self, workers: int = 2, limits: Limits | None = None, *, recycle_after: int = 20_000) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        limits: Limits | None = None,
+        *,
+        recycle_after: int = 20_000,
+        isolation: str | None = None,
+        determinism_runs: int = DETERMINISM_RUNS,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
+        if determinism_runs < 2:
+            raise ValueError(f"determinism_runs must be at least 2, got {determinism_runs}")
         self.workers = workers
         self.limits = limits or Limits()
         self.recycle_after = recycle_after
+        self.isolation = resolve_isolation(isolation)
+        self.determinism_runs = determinism_runs
         # Two validation runs need two different workers, so there are always at least two;
-        # `workers` bounds how many run at once.
+        # `workers` bounds how many run at once. More start when a task needs more seeds.
         self._n_slots = max(2, workers)
         self._uid_base = _UID_BASE + secrets.randbelow(1 << 24) * 64
+        self._seeds: list[int] = []
+        self._id_mask = secrets.randbits(64)
+        self._hash_mask = secrets.randbits(61)
+        self._rr = 0
         self._jail = tempfile.mkdtemp(prefix="popula-jail-")
         os.chmod(self._jail, 0o555)
         self._slots: list[_Worker | None] = [None] * self._n_slots
@@ -102,6 +158,12 @@ class Sandbox:
         self._warned: set[str] = set()
         self._closed = False
         self._busy = False
+        if self.isolation == "none":
+            print(
+                "popula sandbox: isolation 'none' (opted in): generated code runs WITHOUT the OS jail "
+                "(no chroot, no uid of its own), with your user's rights",
+                file=sys.stderr,
+            )
         try:
             self._start_all()
         except BaseException:
@@ -132,6 +194,18 @@ class Sandbox:
         if not getattr(self, "_closed", True):
             self.close()
 
+    def _seed(self, slot: int, fresh: bool = False) -> int:
+        """The worker's PYTHONHASHSEED: random, nonzero (0 turns randomisation off), distinct."""
+        while len(self._seeds) <= slot:
+            self._seeds.append(0)
+        if fresh or not self._seeds[slot]:
+            taken = set(self._seeds)
+            seed = 0
+            while seed == 0 or seed in taken:
+                seed = 1 + secrets.randbelow((1 << 32) - 1)
+            self._seeds[slot] = seed
+        return self._seeds[slot]
+
     def _spawn(self, slot: int) -> _Worker:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
@@ -143,9 +217,15 @@ class Sandbox:
             max_result_bytes=64 * 1024 + 4 * self.limits.max_output_chars * 64,
             in_fd=to_r,
             out_fd=from_w,
+            isolation=self.isolation,
+            id_mask=self._id_mask,
+            hash_mask=self._hash_mask,
         )
+        # -s -S: no site packages; the environment holds only the hash seed (no PYTHONPATH &
+        # co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(_ZYGOTE), json.dumps(cfg)],
+            [sys.executable, "-s", "-S", str(_ZYGOTE), json.dumps(cfg)],
+            env={"PYTHONHASHSEED": str(self._seed(slot, fresh=True))},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             pass_fds=(to_r, from_w),
@@ -158,6 +238,8 @@ class Sandbox:
     def _handshake(self, worker: _Worker) -> None:
         hello = self._read_frame_blocking(worker, _STARTUP_TIMEOUT_S)
         info = json.loads(hello)
+        if "jail_error" in info:
+            raise SandboxUnavailable(_unavailable_message(info["jail_error"]))
         worker.pid, worker.hash_probe = info["pid"], info["hash_probe"]
         for message in info["warnings"]:
             if message not in self._warned:
@@ -166,32 +248,28 @@ class Sandbox:
         self._selector.register(worker.from_fd, selectors.EVENT_READ, worker)
 
     def _start_all(self) -> None:
-        fresh = [self._spawn(slot) for slot in range(self._n_slots)]  # start in parallel
+        self._start_slots(range(self._n_slots))
+
+    def _start_slots(self, slots: Iterable[int]) -> None:
+        fresh = [self._spawn(slot) for slot in slots]  # start in parallel
         for worker in fresh:
             self._handshake(worker)
             self._slots[worker.slot] = worker
-        for worker in fresh:
-            self._ensure_distinct_seed(worker)
+
+    def _ensure_slots(self, n: int) -> None:
+        """At least n workers (each its own hash seed): a task needs one per validation run."""
+        if n > self._n_slots:
+            old = self._n_slots
+            self._slots.extend([None] * (n - old))
+            self._n_slots = n
+            self._start_slots(range(old, n))
 
     def _restart(self, worker: _Worker) -> _Worker:
         self._stop(worker)
         fresh = self._spawn(worker.slot)
         self._handshake(fresh)
         self._slots[worker.slot] = fresh
-        self._ensure_distinct_seed(fresh)
-        return self._slots[worker.slot]  # type: ignore[return-value]
-
-    def _ensure_distinct_seed(self, worker: _Worker) -> None:
-        """Hash seeds are random per process; equal ones (p ~ 2**-64) would hide set-order bugs."""
-        for _ in range(5):
-            others = {w.hash_probe for w in self._slots if w is not None and w is not worker}
-            if worker.hash_probe not in others:
-                return
-            self._stop(worker)
-            worker = self._spawn(worker.slot)
-            self._handshake(worker)
-            self._slots[worker.slot] = worker
-        raise SandboxError("sandbox workers keep starting with the same hash seed")
+        return fresh
 
     def _stop(self, worker: _Worker) -> None:
         try:
@@ -259,7 +337,7 @@ class Sandbox:
             self._busy = False
 
     def _verify(self, records: Sequence[TaskRecord], progress: Callable[[int], None] | None) -> list[VerifyResult]:
-        work = _Work(records, self.limits, self._n_slots, progress)
+        work = _Work(records, self.limits, self.determinism_runs, progress)
         # ~4 batches per worker, so the load balances, yet batches big enough to amortise forks
         batch_size = max(1, min(_MAX_BATCH, -(-3 * len(records) // (self._n_slots * 4))))
         self._drive(work, batch_size)
@@ -269,6 +347,7 @@ class Sandbox:
         """Plan records in small chunks while workers run the batches already planned."""
         work.plan_more(2 * batch_size * self._n_slots)
         while not work.finished():
+            self._ensure_slots(work.max_runs)
             self._fill_idle_workers(work, batch_size)
             busy = [w for w in self._slots if w is not None and w.batch]
             if work.unplanned():
@@ -291,7 +370,9 @@ class Sandbox:
 
     def _fill_idle_workers(self, work: _Work, batch_size: int) -> None:
         busy = sum(1 for w in self._slots if w is not None and w.batch)
-        for slot in range(self._n_slots):
+        self._rr = (self._rr + 1) % self._n_slots  # rotate, so workers beyond `workers` get runs too
+        for k in range(self._n_slots):
+            slot = (self._rr + k) % self._n_slots
             worker = self._slots[slot]
             if busy >= self.workers or worker is None or worker.batch:
                 continue
@@ -324,7 +405,7 @@ class Sandbox:
         worker.batch = batch
         worker.deadline = time.monotonic() + 10.0 + len(batch) * (self.limits.wall_s + 1.0)
         try:
-            self._send(worker, marshal.dumps([(n, *unit.job) for n, unit in enumerate(batch)]))
+            self._send(worker, marshal.dumps([(n, *unit.job, unit.variant) for n, unit in enumerate(batch)]))
         except OSError:  # the worker died while idle
             self._worker_lost(worker, work, "was gone")
 
@@ -350,83 +431,101 @@ def _pop_frame(buffer: bytearray) -> bytes | None:
 class _Work:
     """The state of one verify() call: queues, results, and who still waits for what.
 
-    A validation task yields two run units; when the first is handed to a worker, the
-    second is queued for "any worker but that one". Units carry the task's generation:
-    if a worker is lost, its tasks start over with a new generation (both runs again,
-    on two workers again) and late results of the old generation are ignored.
+    A validation task needs `need[t]` runs (2, or `determinism_runs` for a task that
+    builds sets), each on a different worker: `used[t]` holds the workers given one so
+    far. Tasks with runs left wait in `open` (started ones in front, so they finish
+    first). Units carry the task's generation: if a worker is lost, its tasks start over
+    with a new generation (all runs again, on different workers again) and late results
+    of the old generation are ignored.
     """
 
     def __init__(
         self,
         records: Sequence[TaskRecord],
         limits: Limits,
-        n_slots: int,
+        determinism_runs: int,
         progress: Callable[[int], None] | None,
     ) -> None:
         n = len(records)
         self.records = records
         self.limits = limits
+        self.determinism_runs = determinism_runs
         self.plans: list[Plan] = []
         self.progress = progress
         self.runs: list[list[RunResult]] = [[] for _ in range(n)]
         self.answers: list[RunResult | None] = [None] * n
+        self.need = [0] * n
+        self.dispatched = [0] * n
+        self.used: list[set[int]] = [set() for _ in range(n)]
         self.gen = [0] * n
         self.tries = [0] * n
-        self.remaining = [0] * n
-        self.fresh: collections.deque[int] = collections.deque()
-        self.second: list[collections.deque[_Unit]] = [collections.deque() for _ in range(n_slots)]
+        self.complete = [False] * n
+        self.open: collections.deque[int] = collections.deque()
         self.answer_queue: collections.deque[_Unit] = collections.deque()
         self.left = n
+        self.max_runs = 2
 
     def unplanned(self) -> int:
         return len(self.records) - len(self.plans)
 
     def plan_more(self, count: int) -> None:
         """Check and compile the next `count` records and queue their runs."""
-        done = 0
         for record in self.records[len(self.plans) : len(self.plans) + count]:
             i = len(self.plans)
             plan = plan_record(record, self.limits)
             self.plans.append(plan)
             if plan.invalid is None:
                 if plan.validate is not None:
-                    self.fresh.append(i)
-                    self.remaining[i] += 2
+                    self.need[i] = self.determinism_runs if plan.order_sensitive else 2
+                    self.max_runs = max(self.max_runs, self.need[i])
+                    self.open.append(i)
                 if plan.answer_job is not None:
                     self.answer_queue.append(_Unit(i, "answer", plan.answer_job))
-                    self.remaining[i] += 1
-            if self.remaining[i] == 0:
-                done += 1
-        self.left -= done
-        if self.progress and done:
-            self.progress(done)
+            self._check_complete(i)
+
+    def _check_complete(self, task: int) -> None:
+        if self.complete[task]:
+            return
+        plan = self.plans[task]
+        if plan.invalid is None:
+            if len(self.runs[task]) < self.need[task]:
+                return
+            if plan.answer_job is not None and self.answers[task] is None:
+                return
+        self.complete[task] = True
+        self.left -= 1
+        if self.progress:
+            self.progress(1)
 
     def finished(self) -> bool:
         return self.left == 0
 
     def has_queued(self) -> bool:
-        return bool(self.fresh or self.answer_queue or any(self.second))
+        return bool(self.open or self.answer_queue)
 
     def take(self, slot: int, n: int) -> list[_Unit]:
+        """Up to n units for worker `slot`: answers, then runs of tasks it has not run yet."""
         batch: list[_Unit] = []
-        for other, queue in enumerate(self.second):
-            while queue and other != slot and len(batch) < n:
-                unit = queue.popleft()
-                if unit.gen == self.gen[unit.task]:
-                    batch.append(unit)
         while self.answer_queue and len(batch) < n:
             batch.append(self.answer_queue.popleft())
-        seconds: list[_Unit] = []
-        while self.fresh and len(batch) < n:
-            task = self.fresh.popleft()
+        keep: list[int] = []
+        for _ in range(len(self.open)):
+            if len(batch) >= n:
+                break
+            task = self.open.popleft()
+            if self.dispatched[task] >= self.need[task]:
+                continue  # stale entry (restarted after a lost worker)
+            if slot in self.used[task]:
+                keep.append(task)
+                continue
+            self.used[task].add(slot)
             job = self.plans[task].validate
             assert job is not None
-            batch.append(_Unit(task, "run", job, self.gen[task]))
-            seconds.append(_Unit(task, "run", job, self.gen[task]))
-        # Second runs go in reverse order: if a job ever managed to leave state behind for
-        # the next jobs of its child, its victims would see it in one run and not in the
-        # other, and be rejected as nondeterministic instead of passing with wrong outputs.
-        self.second[slot].extend(reversed(seconds))
+            batch.append(_Unit(task, "run", job, self.gen[task], self.dispatched[task]))
+            self.dispatched[task] += 1
+            if self.dispatched[task] < self.need[task]:
+                keep.append(task)
+        self.open.extendleft(reversed(keep))
         return batch
 
     def deliver(self, unit: _Unit, result: RunResult) -> None:
@@ -437,15 +536,11 @@ class _Work:
             self.runs[task].append(result)
         else:
             self.answers[task] = result
-        self.remaining[task] -= 1
-        if self.remaining[task] == 0:
-            self.left -= 1
-            if self.progress:
-                self.progress(1)
+        self._check_complete(task)
 
     def lost(self, unit: _Unit, why: str) -> None:
         task = unit.task
-        if unit.role == "run" and unit.gen != self.gen[task]:
+        if self.complete[task] or (unit.role == "run" and unit.gen != self.gen[task]):
             return
         self.tries[task] += 1
         failure = {"err": "runtime_error", "detail": why}
@@ -456,12 +551,12 @@ class _Work:
                 self.answer_queue.append(unit)
             return
         self.gen[task] += 1
-        if self.tries[task] >= _MAX_ATTEMPTS:
-            self.runs[task] = []
-            self.remaining[task] = 2 + (1 if self.plans[task].answer_job is not None and self.answers[task] is None else 0)
-            for _ in range(2):
-                self.deliver(_Unit(task, "run", unit.job, self.gen[task]), failure)
-            return
-        self.remaining[task] += len(self.runs[task])
         self.runs[task] = []
-        self.fresh.append(task)
+        self.used[task] = set()
+        self.dispatched[task] = 0
+        if self.tries[task] >= _MAX_ATTEMPTS:
+            self.dispatched[task] = self.need[task]
+            self.runs[task] = [failure] * self.need[task]
+            self._check_complete(task)
+            return
+        self.open.append(task)

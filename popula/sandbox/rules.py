@@ -57,6 +57,12 @@ STRIPPED_ATTRIBUTES: frozenset[tuple[str, str]] = frozenset(
         ("functools", "singledispatch"),
         ("functools", "singledispatchmethod"),
         ("string", "Formatter"),
+        # update_wrapper(w, f, assigned=(name,)) / updated=(name,) is getattr/setattr with any
+        # name, done by functools' own (real) getattr: with '__globals__' it copies a
+        # module's globals into the task's. The worker installs versions that accept only
+        # the default attribute lists (zygote._safe_functools).
+        ("functools", "update_wrapper"),
+        ("functools", "wraps"),
     }
 )
 
@@ -101,7 +107,6 @@ SAFE_DUNDER_ATTRIBUTES: frozenset[str] = frozenset(
         "__le__",
         "__gt__",
         "__ge__",
-        "__hash__",
         "__repr__",
         "__str__",
         "__iter__",
@@ -117,25 +122,32 @@ SAFE_DUNDER_ATTRIBUTES: frozenset[str] = frozenset(
         "__call__",
     }
 )
+# (__hash__ is left out on purpose: object.__hash__ is address-based, and the sandbox's
+# hash() builtin is what masks such values between a task's runs; see zygote.py.)
 
-# Non-dunder attributes that reach interpreter frames and code objects.
+# Global names that look like dunders yet are harmless: __name__ (the task's module name)
+# and __annotations__ (the dict that `X: int = 3` and annotated class bodies write to).
+SAFE_DUNDER_NAMES: frozenset[str] = frozenset({"__name__", "__annotations__"})
+
+# Non-dunder attributes of interpreter internals: frames, code objects, tracebacks,
+# generators, coroutines and async generators. Each leads from a value a task can make
+# (a generator, an exception) to the frames and globals of whoever runs it. Forbidden as
+# attribute names, as string constants (getattr(g, 'gi_frame'), '{0.gi_frame}'.format)
+# and, inside the worker, as computed names (the sandbox's getattr hides them).
 FRAME_ATTRIBUTES: frozenset[str] = frozenset(
     {
-        "gi_frame",
-        "gi_code",
-        "cr_frame",
-        "cr_code",
-        "ag_frame",
-        "ag_code",
-        "tb_frame",
-        "tb_next",
-        "f_globals",
-        "f_locals",
-        "f_builtins",
-        "f_back",
-        "f_code",
-        "co_code",
+        "gi_frame", "gi_code", "gi_running", "gi_suspended", "gi_yieldfrom",
+        "cr_frame", "cr_code", "cr_running", "cr_suspended", "cr_await", "cr_origin",
+        "ag_frame", "ag_code", "ag_running", "ag_await",
+        "tb_frame", "tb_next", "tb_lasti", "tb_lineno",
+        "f_back", "f_builtins", "f_code", "f_globals", "f_locals", "f_lasti", "f_lineno",
+        "f_trace", "f_trace_lines", "f_trace_opcodes",
+        "co_code", "co_consts", "co_names", "co_varnames", "co_freevars", "co_cellvars",
+        "co_filename", "co_name", "co_qualname", "co_flags", "co_lines", "co_positions",
+        "co_linetable", "co_lnotab", "co_exceptiontable", "co_firstlineno", "co_argcount",
+        "co_posonlyargcount", "co_kwonlyargcount", "co_nlocals", "co_stacksize",
         "mro",
+        "cell_contents",
     }
 )
 
@@ -143,14 +155,18 @@ FRAME_ATTRIBUTES: frozenset[str] = frozenset(
 PUBLIC_UNDERSCORE_ATTRIBUTES: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
 
 # Methods that change process-wide registries (abc.ABCMeta.register: after
-# `Sequence.register(dict)` every later isinstance check in the process changes); allowed
-# only on the program's own objects (self/cls), like private attributes.
-REGISTRY_ATTRIBUTES: frozenset[str] = frozenset({"register", "_abc_register"})
+# `Sequence.register(dict)` every later isinstance check in the process changes). Each job
+# has a process of its own, so this is a second line: allowed only where the program
+# defines a method of that name itself (like private attributes, see policy.py).
+REGISTRY_ATTRIBUTES: frozenset[str] = frozenset({"register"})
 
-# Receivers on which a program may use single-underscore attributes (its own classes).
-PRIVATE_ATTRIBUTE_RECEIVERS: frozenset[str] = frozenset({"self", "cls", "other"})
-
-# The name inputs are wrapped in, `ARGS_NAME(<input>)`, to capture an argument list.
-ARGS_NAME = "__popula_args__"
+# Single-underscore names that standard-library objects also carry but that are harmless
+# there (data or arithmetic helpers); a program that defines one of these names for its
+# own classes may use it (policy.py forbids the other standard-library private names).
+HARMLESS_STDLIB_PRIVATE: frozenset[str] = frozenset(
+    {"_name", "_add", "_sub", "_mul", "_div", "_mod", "_floordiv", "_divmod", "_hash", "_split",
+     "_apply", "_cached", "_mapping", "_getitem", "_mu", "_sigma", "_inst", "_invalid", "_SEP",
+     "_ORIGIN", "_numerator", "_denominator", "_richcmp"}
+)
 # What `__name__` reads as inside a task, so `if __name__ == "__main__":` blocks are skipped.
 TASK_MODULE_NAME = "__popula_task__"

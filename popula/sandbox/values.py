@@ -97,20 +97,26 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float))
 
 
-def values_equal(a: Any, b: Any) -> bool:
-    """Equality of two built-in values as documented above (never by string)."""
+def values_equal(a: Any, b: Any, ordered_dicts: bool = False) -> bool:
+    """Equality of two built-in values as documented above (never by string).
+
+    ordered_dicts: dicts must also list their keys in the same order. The determinism
+    check uses it: a dict built from a set of strings has a seed-dependent key order,
+    which CPython shows in its repr and iteration even though the dicts are equal."""
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
     if isinstance(a, complex) and isinstance(b, complex):
         return values_equal(a.real, b.real) and values_equal(a.imag, b.imag)
     ta, tb = type(a), type(b)
     if ta in (list, tuple) or tb in (list, tuple):
-        return ta is tb and len(a) == len(b) and all(map(values_equal, a, b))
+        return ta is tb and len(a) == len(b) and all(values_equal(x, y, ordered_dicts) for x, y in zip(a, b))
     if ta is dict or tb is dict:
         if ta is not tb or len(a) != len(b):
             return False
+        if ordered_dicts and list(a) != list(b):
+            return False
         for key, value in a.items():
-            if key not in b or not values_equal(value, b[key]):
+            if key not in b or not values_equal(value, b[key], ordered_dicts):
                 return False
         return True
     try:
@@ -139,11 +145,11 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def reprs_equal(a: str, b: str) -> bool:
+def reprs_equal(a: str, b: str, ordered_dicts: bool = False) -> bool:
     """Whether two output reprs denote equal values (identical text is the fast path)."""
     if a == b:
         return True
     try:
-        return values_equal(read_value(a), read_value(b))
+        return values_equal(read_value(a), read_value(b), ordered_dicts)
     except NotAValue:
         return False

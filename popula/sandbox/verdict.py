@@ -35,32 +35,34 @@ def _short(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def validation(first: RunResult, second: RunResult, inputs: list[str]) -> tuple[str | None, str, list[str]]:
-    """(reason, detail, outputs) from the two validation runs of one task."""
-    if "ok" in first and "ok" in second:
-        a, b = first["ok"], second["ok"]
-        if len(a) != len(b) or len(a) != len(inputs):
+def validation(runs: list[RunResult], inputs: list[str]) -> tuple[str | None, str, list[str]]:
+    """(reason, detail, outputs) from the validation runs of one task (two or more, each
+    in a different worker: different hash seed, address layout and identity masks)."""
+    if all("ok" in r for r in runs):
+        first = runs[0]["ok"]
+        if any(len(r["ok"]) != len(inputs) for r in runs):
             return "runtime_error", "the runs returned a wrong number of outputs", []
-        for i, (x, y) in enumerate(zip(a, b)):
-            if not reprs_equal(x, y):
-                return (
-                    "nondeterministic",
-                    f"input {i} ({_short(inputs[i], 40)}) gave {_short(x)} in one run and {_short(y)} in another",
-                    [],
-                )
-        return None, "", list(a)
-    failures = [r for r in (first, second) if "err" in r]
+        for other in runs[1:]:
+            for i, (x, y) in enumerate(zip(first, other["ok"])):
+                if not reprs_equal(x, y, ordered_dicts=True):
+                    return (
+                        "nondeterministic",
+                        f"input {i} ({_short(inputs[i], 40)}) gave {_short(x)} in one run and {_short(y)} in another",
+                        [],
+                    )
+        return None, "", list(first)
+    failures = [r for r in runs if "err" in r]
     for reason in _RESOURCE_REASONS:
         for failure in failures:
             if failure["err"] == reason:
                 return reason, failure["detail"], []
-    if len(failures) == 1:
+    if len(failures) < len(runs):
         return (
             "nondeterministic",
-            f"one run failed ({failures[0]['err']}: {_short(failures[0]['detail'])}) and the other succeeded",
+            f"one run failed ({failures[0]['err']}: {_short(failures[0]['detail'])}) and another succeeded",
             [],
         )
-    return first["err"], first["detail"], []
+    return runs[0]["err"], runs[0]["detail"], []
 
 
 def judge(plan: Plan, outputs: list[str], answer_run: RunResult | None) -> tuple[bool, str | None, str]:
@@ -93,7 +95,7 @@ def assemble(plan: Plan, runs: list[RunResult], answer_run: RunResult | None) ->
     if plan.invalid is not None:
         return VerifyResult(id=record.id, valid=False, reason=plan.invalid.reason, detail=plan.invalid.detail)  # type: ignore[arg-type]
     if plan.validate is not None:
-        reason, detail, outputs = validation(runs[0], runs[1], record.inputs)
+        reason, detail, outputs = validation(runs, record.inputs)
         if reason is not None:
             return VerifyResult(id=record.id, valid=False, reason=reason, detail=detail)  # type: ignore[arg-type]
     else:

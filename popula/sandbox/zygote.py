@@ -1,58 +1,64 @@
-"""A warm sandbox worker: a small parent that forks jailed children to run jobs.
+"""A warm sandbox worker: a small parent that forks one jailed child per job.
 
-Started by the pool as `python3 -I -S zygote.py CONFIG_JSON` (isolated: no site
-packages, no environment, a fresh random string-hash seed). It imports the allowed
-modules once, then loops: read a batch of jobs from the pool, fork a child that runs
-them one after another, supervise it, send the batch's results back. It never runs task
-code itself, so no task can stall, crash or poison it.
+Started by the pool as `python3 -s -S zygote.py CONFIG_JSON` with an environment that
+holds only PYTHONHASHSEED (chosen by the pool, different for every worker). It imports
+the allowed modules and every standard codec once, then loops: read a batch of jobs
+from the pool, and for each job fork a fresh child, jail it, let it run the job and
+report on a pipe made for that job alone, supervise it, collect its result; then send
+the batch's results back. It never runs task code itself, so no task can stall, crash
+or poison it.
 
-Why several jobs per child: a fork from this parent costs ~0.5-1 ms on the development
-machine, a small task ~0.1 ms; one fork per job would cap the verifier far below its
-target. A child runs the batch's jobs in order and reports each result as it finishes.
-If the child dies or overruns the wall clock, the job it was running gets the blame
-(timeout, crash) and a fresh child takes the rest of the batch. Jobs in one child are
-kept apart: each gets fresh builtins, fresh copies of the modules it imports, a reset
-decimal context and a garbage collection after it (so no finaliser of one job runs in
-the next); classes of the allowed modules are made immutable in this parent, before any
-fork, so a job cannot patch `collections.Counter` for the next one. A child that hit the
-memory limit exits after reporting, so later jobs get a clean heap.
+Why one process per job: a job that escaped every Python-level check owns its whole
+process. If it shared that process (or its result pipe) with other jobs it could forge
+their results or leave state behind for them (ABC registries, caches, patched classes).
+With a fresh child per job, the only result it can write is its own, and the next job
+starts from the worker's pristine memory. A fork from this small parent costs well
+under a millisecond; benchmarks/verifier_throughput.py measures the whole verifier.
 
-Each child, before touching task code, jails itself with the operating system:
+Each child, before touching task code, jails itself with the operating system (the
+security boundary; the Python policy in rules.py/policy.py is the second line):
 - its own process group (the supervisor kills the whole group on a wall-clock timeout);
-- when root: chroot into an empty read-only directory, drop to a uid of its own, no
-  supplementary groups (so it can signal nothing and write nowhere);
-- RLIMIT_CPU (re-armed per job: SIGXCPU after cpu_s more seconds), RLIMIT_AS (memory),
-  RLIMIT_FSIZE=0 (no file bytes), RLIMIT_NPROC=0 (no fork, no threads), RLIMIT_CORE=0,
-  RLIMIT_NOFILE;
-- the network is gone: this worker unshared a fresh, empty network namespace at start
-  (inherited by every child); where the kernel refuses, its hello message says so and the
-  pool warns;
-- stdin/stdout/stderr are /dev/null and the pool's pipes are closed;
+- chroot into an empty read-only directory, a uid and gid of its own (different from
+  every other worker's and from any real user's), no supplementary groups: it can read,
+  write and signal nothing;
+- RLIMIT_CPU, RLIMIT_AS (memory), RLIMIT_FSIZE=0, RLIMIT_NPROC=0 (no fork, no
+  threads), RLIMIT_CORE=0, RLIMIT_NOFILE;
+- a seccomp filter (seccomp.py): no sockets, signals to others, ptrace, fork/exec,
+  namespaces, mounts, bpf/perf/io_uring;
+- no network: the worker unshared a fresh, empty network namespace at start where the
+  kernel allows it (the seccomp filter denies sockets either way);
+- every fd closed except /dev/null on 0-2 and its own result pipe;
 - restricted builtins, module copies and an allow-list importer (rules.py).
+If any of this cannot be built (not root, no CAP_SYS_CHROOT, ...), the worker does not
+fall back: its hello carries `jail_error` and the pool refuses to run (exit 2 in the
+CLI). Only the explicit `isolation: "none"` skips chroot and the uid change.
 
-Determinism: the pool runs a task's two validation runs in two *different* workers. Each
-worker has its own hash seed (string hashes, so set iteration order of strings differ) and
-its own address-space layout (ASLR: id() and default object reprs differ); each child
-also shifts its heap by a random number of small allocations.
+Determinism: a task's validation runs happen in *different* workers (different hash
+seeds, so string hashes and set order differ; different address-space layouts, so id()
+and default reprs differ); each child also shifts its heap by a random number of small
+allocations. `id()` and `hash()` of identity- or seed-hashed objects are XOR-ed with a
+mask that is complemented between a task's even and odd runs, so `hash(object()) % 2`
+or `id(x) % 2` differ between the two runs for certain, not with probability 1/2.
 
 Protocol with the pool (the two pipe fds named in CONFIG_JSON): frames of a 4-byte
 big-endian length and a payload. Pool -> worker: marshal of a list of jobs
-(job_id, kind, program_code, arg_codes, expr_code); an arg code is the code of a
-lambda returning (args, kwargs) (see policy.compile_argument_lists). Worker -> pool: marshal of a list of
-(job_id, result_json_bytes), where the JSON is {"ok": [repr, ...]} or
-{"err": reason, "detail": text}. The worker's first frame is its JSON hello:
-{"pid", "hash_probe", "warnings"}.
+(job_id, kind, program_code, arg_codes, expr_code, variant); an arg code is the code of
+a lambda returning (args, kwargs) (see policy.compile_argument_lists); variant picks the
+identity mask. Worker -> pool: marshal of a list of (job_id, result_json_bytes), where
+the JSON is {"ok": [repr, ...]} or {"err": reason, "detail": text}. The worker's first
+frame is its JSON hello: {"pid", "hash_probe", "warnings"} or {"jail_error": text}.
 """
 
 import builtins
+import codecs
 import ctypes
-import decimal
 import gc
 import json
 import marshal
 import math
 import mmap
 import os
+import pkgutil
 import resource
 import select
 import signal
@@ -63,6 +69,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rules  # noqa: E402  (this directory: standard-library-only helpers)
+import seccomp  # noqa: E402
 import values  # noqa: E402
 
 del sys.path[0]
@@ -75,21 +82,24 @@ _FRAME = struct.Struct(">I")
 _INTERNAL_ERROR = 70  # exit status of a child whose own (not the task's) code failed
 _DEVNULL = os.open(os.devnull, os.O_RDWR)
 _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozenset, tuple)
+_ID_BITS = (1 << 64) - 1
+_HASH_BITS = (1 << 61) - 1
 
 
 # ----------------------------------------------------------------------------- setup
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_PRCTL = _LIBC.prctl  # bound once here: a job's child calls it without building ctypes objects
 
 
-def _isolate_network(warnings):
-    """A fresh, empty network namespace for this worker and all its children."""
+def _isolate_network():
+    """A fresh, empty network namespace for this worker and all its children; '' or why not."""
     if _LIBC.unshare(CLONE_NEWNET) == 0:
-        return
+        return ""
     first = os.strerror(ctypes.get_errno())
     uid, gid = os.getuid(), os.getgid()
-    if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+    if os.geteuid() != 0 and _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         try:  # map ourselves, so files and limits behave as before
             with open("/proc/self/setgroups", "w") as fh:
                 fh.write("deny")
@@ -99,17 +109,13 @@ def _isolate_network(warnings):
                 fh.write(f"{gid} {gid} 1")
         except OSError:
             pass
-        return
-    second = os.strerror(ctypes.get_errno())
-    warnings.append(
-        "network namespaces are unavailable "
-        f"(unshare(CLONE_NEWNET): {first}; with CLONE_NEWUSER: {second}): sandboxed code "
-        "runs without network isolation (imports of socket are still forbidden)"
-    )
+        return ""
+    return f"unshare(CLONE_NEWNET): {first}"
 
 
 def _check_aslr(warnings):
-    """Address-based nondeterminism (id(), default reprs) is caught reliably only with ASLR."""
+    """Address-based nondeterminism (default reprs) is caught reliably only with ASLR;
+    True when it is off (then each child also jitters its heap)."""
     ADDR_NO_RANDOMIZE = 0x0040000
     persona = _LIBC.personality(0xFFFFFFFF)
     try:
@@ -120,12 +126,14 @@ def _check_aslr(warnings):
     if system_off or (persona != -1 and persona & ADDR_NO_RANDOMIZE):
         warnings.append(
             "address-space randomisation (ASLR) is off: workers shift their heaps at random, "
-            "but nondeterminism through id() or default object reprs may go undetected"
+            "but nondeterminism through default object reprs may go undetected"
         )
+        return True  # children shift their heaps too (_jitter_heap)
+    return False
 
 
 def _die_with_parent():
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _PRCTL(PR_SET_PDEATHSIG, 9)  # SIGKILL
 
 
 def _freeze_class(cls, warnings):
@@ -133,6 +141,7 @@ def _freeze_class(cls, warnings):
 
     tp_flags is found by value (the word equal to cls.__flags__ at its known offset in
     CPython 3.11-3.13); if the layout ever differs, nothing is written and we warn.
+    (A second line only: each job has its own process, so a patch dies with it.)
     """
     flags = cls.__flags__
     if flags & Py_TPFLAGS_IMMUTABLETYPE:
@@ -140,9 +149,27 @@ def _freeze_class(cls, warnings):
     word = ctypes.c_ulong.from_address(id(cls) + 168)
     if word.value != flags:
         if "layout" not in " ".join(warnings):
-            warnings.append("unknown type layout: classes of allowed modules stay mutable within a child")
+            warnings.append("unknown type layout: classes of allowed modules stay mutable within a job")
         return
     word.value = flags | Py_TPFLAGS_IMMUTABLETYPE
+
+
+def _load_codecs():
+    """Import every standard codec now: inside the chroot, encodings cannot be imported.
+
+    codecs.lookup caches each codec it finds (and encodings caches its aliases), so a job's
+    'x'.encode('cp1252') or b'..'.decode('shift_jis') finds it in memory.
+    """
+    import encodings
+    import encodings.aliases
+
+    names = {m.name for m in pkgutil.iter_modules(encodings.__path__)} | set(encodings.aliases.aliases)
+    names |= set(encodings.aliases.aliases.values())
+    for name in sorted(names):
+        try:
+            codecs.lookup(name)
+        except (LookupError, ImportError, AttributeError):
+            pass  # not a codec (aliases module, platform-only codecs such as mbcs)
 
 
 class _Submodule:
@@ -182,16 +209,41 @@ def _module_tables(warnings):
             elif isinstance(value, (list, dict, set)):
                 table[key] = value  # copied per job
         tables[name] = table
+    tables["functools"].update(_safe_functools())
     return tables
+
+
+def _safe_functools():
+    """functools.wraps and update_wrapper for the default attribute lists only (rules.py)."""
+    import functools
+
+    real_wraps, real_update = functools.wraps, functools.update_wrapper
+    assigned, updated = functools.WRAPPER_ASSIGNMENTS, functools.WRAPPER_UPDATES
+
+    def check(a, u):
+        if tuple(a) != assigned or tuple(u) != updated:
+            raise TypeError("the sandbox's functools.wraps/update_wrapper take the default attribute lists only")
+
+    def update_wrapper(wrapper, wrapped, assigned=assigned, updated=updated):
+        check(assigned, updated)
+        return real_update(wrapper, wrapped)
+
+    def wraps(wrapped, assigned=assigned, updated=updated):
+        check(assigned, updated)
+        return real_wraps(wrapped)
+
+    return {"update_wrapper": update_wrapper, "wraps": wraps}
+
+
+def _hidden(name, _allowed=rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES):
+    """A computed attribute name the sandbox's getattr & co. treat as missing."""
+    if not isinstance(name, str):
+        return False
+    return (name.startswith("_") and name not in _allowed) or name in rules.FRAME_ATTRIBUTES
 
 
 def _make_builtins():
     """The builtins every job starts from (a fresh dict per job, see _job_builtins)."""
-
-    allowed = rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES
-
-    def hidden(name):
-        return isinstance(name, str) and name.startswith("_") and name not in allowed
 
     def missing(name):
         return AttributeError(f"attribute {name!r} is not accessible in the sandbox")
@@ -199,25 +251,35 @@ def _make_builtins():
     real_getattr, real_setattr = builtins.getattr, builtins.setattr
     real_delattr, real_hasattr = builtins.delattr, builtins.hasattr
 
+    import abc
+
+    def traverses(obj, name):
+        # str.format/format_map walk attribute chains ('{0.gi_frame}'): only reachable
+        # from a computed name, since the static check allows .format on literals only.
+        # ABCMeta.register changes isinstance for the whole (job's) process.
+        if name in ("format", "format_map"):
+            return isinstance(obj, str) or obj is str
+        return name == "register" and isinstance(obj, abc.ABCMeta)
+
     def safe_getattr(obj, name, *default):  # a private name behaves as a missing attribute
-        if hidden(name):
+        if _hidden(name) or traverses(obj, name):
             if default:
                 return default[0]
             raise missing(name)
         return real_getattr(obj, name, *default)
 
     def safe_setattr(obj, name, value):
-        if hidden(name):
+        if _hidden(name):
             raise missing(name)
         return real_setattr(obj, name, value)
 
     def safe_delattr(obj, name):
-        if hidden(name):
+        if _hidden(name):
             raise missing(name)
         return real_delattr(obj, name)
 
     def safe_hasattr(obj, name):
-        return False if hidden(name) else real_hasattr(obj, name)
+        return False if _hidden(name) or traverses(obj, name) else real_hasattr(obj, name)
 
     def quiet_print(*args, **kwargs):
         """Output is discarded: a task's result is its return value, and floods cost nothing."""
@@ -237,9 +299,83 @@ def _make_builtins():
 # ----------------------------------------------------------------------------- child side
 
 
-def _job_builtins(base, tables):
-    """Fresh builtins with an importer whose module copies live for this job only."""
-    made = {}
+def _stable_hash(obj, depth=0):
+    """Whether CPython's hash(obj) is the same in every process (no seed, no address)."""
+    kind = type(obj)
+    if kind in _STABLE_HASH_TYPES:
+        return True
+    if kind in (tuple, frozenset) and depth < 50:
+        return all(_stable_hash(item, depth + 1) for item in obj)
+    # a task's own class with its own __hash__: its result is the task's business (a
+    # seed-dependent hash inside it still goes through this function when it calls hash)
+    return getattr(kind, "__module__", None) == rules.TASK_MODULE_NAME and kind.__hash__ is not object.__hash__
+
+
+def _identity_builtins(variant, cfg):
+    """id() and hash() whose process-dependent values differ in every bit between variants.
+
+    The real values differ between two processes at random (addresses, hash seeds), so a
+    1-bit output such as `hash(object()) % 2` would agree half the time. Instead, id(x)
+    is a per-run counter in order of first request (the same in both runs of a
+    deterministic program), and hash(x) of a seed- or address-hashed value is a
+    seed-free digest of its content (str, bytes, tuples/frozensets of them) or that
+    counter (identity-hashed objects); both are XOR-ed with a mask that even variants use
+    and odd variants complement. So any output computed from them (parity, order, value
+    mod n) differs between a task's two runs, and the task is rejected as
+    nondeterministic. Stable hashes (ints, floats, tuples of them) are CPython's own.
+    Equal values keep equal hashes; live objects keep distinct ids.
+    """
+    import hashlib
+
+    id_mask, hash_mask = cfg["id_mask"], cfg["hash_mask"]
+    if variant % 2:
+        id_mask, hash_mask = id_mask ^ _ID_BITS, hash_mask ^ _HASH_BITS
+    real_id, real_hash = builtins.id, builtins.hash
+    counters = {}
+
+    def pseudo_id(obj):
+        key = real_id(obj)
+        if key not in counters:
+            counters[key] = 0x7F0000000000 + 16 * len(counters)
+        return counters[key]
+
+    def digest(obj, depth=0):
+        kind = type(obj)
+        if kind in _STABLE_HASH_TYPES:
+            return real_hash(obj)
+        if kind is str:
+            obj = obj.encode("utf-8", "surrogatepass")
+            kind = bytes
+        if kind is bytes:
+            return int.from_bytes(hashlib.blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
+        if kind is tuple and depth < 50:
+            value = 0x345678
+            for item in obj:
+                value = (value * 1000003 ^ digest(item, depth + 1)) & _HASH_BITS
+            return value
+        if kind is frozenset and depth < 50:
+            value = 0
+            for item in obj:
+                value ^= digest(item, depth + 1)
+            return value
+        real_hash(obj)  # raises TypeError for unhashable values, as CPython does
+        if kind.__hash__ is object.__hash__ or isinstance(obj, type):
+            return pseudo_id(obj) >> 4
+        return real_hash(obj) & _HASH_BITS
+
+    def id(obj):  # noqa: A001
+        return pseudo_id(obj) ^ id_mask
+
+    def hash(obj):  # noqa: A001
+        if _stable_hash(obj):
+            return real_hash(obj)
+        return digest(obj) ^ hash_mask
+
+    return {"id": id, "hash": hash}
+
+
+def _importer(tables, made):
+    """An allow-list __import__ whose module copies live in `made` (one dict per input)."""
 
     def module(name):
         if name not in made:
@@ -260,41 +396,106 @@ def _job_builtins(base, tables):
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         return module(name) if fromlist else module(name.partition(".")[0])
 
-    fresh = dict(base)
-    fresh["__import__"] = safe_import
-    return fresh
+    return safe_import
 
 
-def _jail(cfg, n_jobs):
-    """Everything the child does to itself before task code runs; irreversible."""
+class _Prepared:
+    """What the worker builds once, before any fork, so a job's child copies nothing.
+
+    Copying builtins and module tables in the child wrote a reference count into every
+    object it copied, and each such write costs a copy-on-write page fault in a fresh
+    child: most of a job's cost. Built here instead, they are shared read-only pages:
+    per variant a builtins dict (identity masks included), and one set of module copies
+    for a job's first input. A job's later inputs get fresh copies built on import (so no
+    input sees another's changes to a module); the first input's copies are fresh too,
+    since every job starts from this worker's untouched memory in a process of its own.
+    """
+
+    def __init__(self, base, tables, cfg):
+        self.tables = tables
+        self.builtins = [dict(base, **_identity_builtins(v, cfg)) for v in (0, 1)]
+        self.first_made = {}
+        first = _importer(tables, self.first_made)
+        for name in sorted(tables):
+            first(name, fromlist=("_",))
+
+    def builtins_for(self, variant, first):
+        """The builtins of one input (the variant's dict, with this input's importer)."""
+        fresh = self.builtins[variant % 2]
+        fresh["__import__"] = _importer(self.tables, self.first_made if first else {})
+        return fresh
+
+
+def _seccomp_installers(cfg):
+    """The batch parent's and the job's seccomp installers (None without a filter), prepared
+    once in the worker so a forked child does not build ctypes objects in its own memory."""
+    if "_seccomp_installers" not in cfg:
+        program = cfg["seccomp"]
+        cfg["_seccomp_installers"] = (None, None) if program is None else (
+            seccomp.prepare(_LIBC, seccomp.build_batch_parent()),
+            seccomp.prepare(_LIBC, seccomp.build_job_addition()),  # stacked: the full list in all
+        )
+    return cfg["_seccomp_installers"]
+
+
+def _jail_batch(cfg):
+    """What a batch parent does to itself once, for all the jobs of its batch; irreversible.
+
+    It stays root (so it can give each job's child the job uid, and so no job, which never
+    has uid 0, can signal, prlimit, renice or ptrace it), but inside the empty chroot, with
+    no supplementary groups, the memory/file/core/fd limits, and a seccomp filter that
+    denies everything a job's filter denies except fork, kill and the uid switch.
+    """
     os.setpgid(0, 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails with an error instead
-    if cfg["root"]:
+    if cfg["chroot"]:
         os.chroot(cfg["jail_dir"])
         os.chdir("/")
         os.setgroups([])
-        os.setgid(cfg["uid"])
-        os.setuid(cfg["uid"])
-    _die_with_parent()  # after setuid, which clears it: a worker that dies takes its child along
+    _die_with_parent()  # a worker that dies takes its batch parent along
     if os.getppid() != cfg["worker_pid"]:
         os._exit(0)  # the worker died before we asked
     mem = cfg["memory_bytes"]
-    cpu_hard = cfg["cpu_s"] * (n_jobs + 1) + 1
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cpu_hard))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+    install_batch, _ = _seccomp_installers(cfg)
+    if install_batch is not None:
+        install_batch()
+
+
+def _jail_job(cfg, parent_pid):
+    """What a job's child, forked from a jailed batch parent, adds before task code runs.
+
+    It inherits the chroot, the empty groups, the limits and the outer filter; it takes
+    its own process group, the job uid/gid (real, effective and saved: it can never get
+    root back), dies with its batch parent, may not create processes or threads
+    (RLIMIT_NPROC=0) nor burn more than its CPU limit, and stacks a second seccomp filter
+    denying what the batch parent's still allowed (fork, kill, uid change): together,
+    the full list of seccomp.py.
+    """
+    os.setpgid(0, 0)
+    if cfg["chroot"]:
+        uid = cfg["uid"]
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _die_with_parent()  # after the uid change, which clears it
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the batch parent died before we asked
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    _, install_job = _seccomp_installers(cfg)
+    if install_job is not None:
+        install_job()
     sys.setrecursionlimit(cfg["recursion_limit"])
-    return cpu_hard
 
 
-def _arm_cpu_limit(cpu_s, cpu_hard):
-    """SIGXCPU once this job has used cpu_s more seconds of CPU (the limit is per process)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = min(cpu_hard, math.ceil(usage.ru_utime + usage.ru_stime + cpu_s))
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+def _jail(cfg):
+    """The whole jail in one process (batch parent's part, then the job's part): what a job's
+    child ends up under. The worker itself splits it over two processes (_run_batch)."""
+    _jail_batch(cfg)
+    _jail_job(cfg, cfg["worker_pid"])
 
 
 _HEAP_PAD = []
@@ -316,10 +517,6 @@ def _jitter_heap():
     pad.append([{} for _ in range(noise[3] % 64)])
     for i, size in enumerate(range(64, 513, 16)):  # every larger class: strings of size-7 bytes
         pad.extend("x" * (size - 56) + str(k) for k in range(noise[4 + i] % 16))
-
-
-def _args(*args, **kwargs):
-    return args, kwargs
 
 
 def _represent(value, limit):
@@ -348,6 +545,7 @@ def _represent(value, limit):
 
 
 def _describe(err):
+    """'Type: message' of a task's exception, for its own verdict's detail (capped)."""
     try:
         message = str(err)
     except BaseException:
@@ -355,21 +553,20 @@ def _describe(err):
     return f"{type(err).__name__}: {message[:300]}"
 
 
-def _execute(job, base_builtins, tables, limit):
+def _execute(job, prepared, cfg):
     """Run one job inside the jailed child; return the result dict."""
-    _, kind, program, arg_codes, expr = job
+    _, kind, program, arg_codes, expr, variant = job
     outputs = []
     try:
         if kind == "expr":
-            scope = {"__builtins__": _job_builtins(base_builtins, tables), "__name__": rules.TASK_MODULE_NAME}
+            scope = {"__builtins__": prepared.builtins_for(variant, True), "__name__": rules.TASK_MODULE_NAME}
             items = [eval(expr, scope)]
         else:
             items = []
-            for arg_code in arg_codes:
+            for i, arg_code in enumerate(arg_codes):
                 scope = {  # fresh per input: inputs cannot see each other's state
-                    "__builtins__": _job_builtins(base_builtins, tables),
+                    "__builtins__": prepared.builtins_for(variant, i == 0),
                     "__name__": rules.TASK_MODULE_NAME,
-                    rules.ARGS_NAME: _args,
                 }
                 exec(program, scope)
                 f = scope.get("f")
@@ -380,7 +577,7 @@ def _execute(job, base_builtins, tables, limit):
                     return {"err": "syntax", "detail": "the input is not a plain argument list"}
                 items.append(f(*packed[0], **packed[1]))
         for item in items:
-            text, err = _represent(item, limit)
+            text, err = _represent(item, cfg["max_output_chars"])
             if err:
                 return {"err": err[0], "detail": err[1]}
             outputs.append(text)
@@ -391,25 +588,44 @@ def _execute(job, base_builtins, tables, limit):
         return {"err": "runtime_error", "detail": _describe(err)}
 
 
-def _child(jobs, cfg, base_builtins, tables, write_fd, close_fds):
+def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
+    """The life of one job's process: drop the batch parent's fds, finish the jail, run,
+    report once, exit. (0-2 are /dev/null already; the batch parent holds no other fds.)"""
     try:
-        os.dup2(_DEVNULL, 2)  # the worker's stderr stays with the pool; the child's is discarded
-        for fd in (*close_fds, _DEVNULL):
+        for fd in parent_fds:
             os.close(fd)
-        cpu_hard = _jail(cfg, len(jobs))
-        _jitter_heap()
+        _jail_job(cfg, parent_pid)
+        if cfg["jitter"]:
+            _jitter_heap()
+        result = _execute(job, prepared, cfg)
+        gc.collect()  # finalisers of this job's garbage run now, on its clock
+        try:
+            data = json.dumps(result).encode()
+        except BaseException:
+            data = b'{"err": "unrepresentable", "detail": "result could not be encoded"}'
+        _send(write_fd, data)
+    except BaseException:
+        os._exit(_INTERNAL_ERROR)
+    os._exit(0)
+
+
+def _batch_parent(jobs, cfg, prepared, write_fd):
+    """The life of one batch's jailed parent: jail itself once, then one fresh child per job
+    (forked from this already jailed process, so a job pays only for the fork and its own
+    small part of the jail), each with a result pipe of its own; stream (job_id, result)
+    frames to the worker as jobs finish."""
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(_DEVNULL, fd)  # the worker's stderr stays with the pool
+        os.closerange(3, write_fd)
+        os.closerange(write_fd + 1, 1 << 16)  # the pool's pipes, /dev/null's extra fd, ...
+        _jail_batch(cfg)
+        # the batch's code objects and the worker's later objects join the frozen
+        # generation: a job's collections then never walk (and copy-on-write) their pages
+        gc.freeze()
+        me = os.getpid()
         for job in jobs:
-            _arm_cpu_limit(cfg["cpu_s"], cpu_hard)
-            decimal.setcontext(decimal.Context())
-            result = _execute(job, base_builtins, tables, cfg["max_output_chars"])
-            gc.collect()  # finalisers of this job's garbage run now, on its clock
-            try:
-                data = json.dumps(result).encode()
-            except BaseException:
-                data = b'{"err": "unrepresentable", "detail": "result could not be encoded"}'
-            _send(write_fd, data)
-            if result.get("err") == "memory":
-                break  # a fresh child (clean heap) takes the rest of the batch
+            _send(write_fd, marshal.dumps((job[0], _run_job(job, cfg, prepared, me, write_fd))))
     except BaseException:
         os._exit(_INTERNAL_ERROR)
     os._exit(0)
@@ -422,22 +638,36 @@ def _err(reason, detail):
     return json.dumps({"err": reason, "detail": detail}).encode()
 
 
-def _probe_jail(cfg, *close_fds):
-    """Fork a child that jails itself and reports; '' if that works, else the error."""
+def _probe_jail(cfg):
+    """Fork a batch parent and a job child that jail themselves exactly as for a job, and
+    check the result.
+
+    '' if the jail holds, else what failed (sent to the pool, which refuses to run).
+    """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(read_fd)
-            for fd in close_fds:
-                os.close(fd)
             try:
-                _jail(cfg, 1)
-                _jitter_heap()
-                message = b"ok"
+                _jail_batch(cfg)
+                parent = os.getpid()
+                child = os.fork()
+                if child == 0:
+                    try:
+                        _jail_job(cfg, parent)
+                        _jitter_heap()
+                        message = b"ok"
+                        if cfg["chroot"]:
+                            if os.listdir("/") or os.getuid() != cfg["uid"] or os.getgroups():
+                                message = b"the chroot or uid change did not take effect"
+                    except BaseException as err:
+                        message = f"{type(err).__name__}: {err}".encode()[:500] or b"error"
+                    os.write(write_fd, message)
+                    os._exit(0)
+                os.waitpid(child, 0)
             except BaseException as err:
-                message = f"{type(err).__name__}: {err}".encode()[:500] or b"error"
-            os.write(write_fd, message)
+                os.write(write_fd, f"{type(err).__name__}: {err}".encode()[:500] or b"error")
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -448,7 +678,7 @@ def _probe_jail(cfg, *close_fds):
 
 
 def _blame(status, cfg):
-    """The result of a job whose child died under it (not by our wall-clock kill)."""
+    """The result of a job whose child died without a result (not by our wall-clock kill)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig in (signal.SIGXCPU, signal.SIGKILL):
@@ -459,16 +689,14 @@ def _blame(status, cfg):
     return _err("runtime_error", f"exited without a result (exit status {os.WEXITSTATUS(status)})")
 
 
-def _supervise(pid, read_fd, n_jobs, cfg):
-    """Collect a child's per-job results; kill its group at a job's wall deadline or size cap.
-
-    Returns (results so far, result for the job that failed or None).
-    """
-    results, buffer, verdict = [], bytearray(), None
+def _supervise(pid, read_fd, cfg):
+    """The one result a job's child reports on its own pipe; kill its group at the wall
+    deadline or the size cap; blame its death if it reported nothing."""
+    buffer, verdict = bytearray(), None
     deadline = time.monotonic() + cfg["wall_s"]
     poller = select.poll()
     poller.register(read_fd, select.POLLIN | select.POLLHUP)
-    while len(results) < n_jobs:
+    while True:
         left = deadline - time.monotonic()
         if left <= 0:
             verdict = _err("timeout", f"killed after the wall-clock limit of {cfg['wall_s']} s")
@@ -479,13 +707,6 @@ def _supervise(pid, read_fd, n_jobs, cfg):
         if not chunk:
             break
         buffer += chunk
-        while len(buffer) >= _FRAME.size:
-            (length,) = _FRAME.unpack_from(buffer)
-            if len(buffer) < _FRAME.size + length:
-                break
-            results.append(bytes(buffer[_FRAME.size : _FRAME.size + length]))
-            del buffer[: _FRAME.size + length]
-            deadline = time.monotonic() + cfg["wall_s"]
         if len(buffer) > cfg["max_result_bytes"]:
             verdict = _err("output_too_large", f"result exceeds {cfg['max_result_bytes']} bytes")
             break
@@ -496,35 +717,72 @@ def _supervise(pid, read_fd, n_jobs, cfg):
             pass
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
-    if verdict is None and len(results) < n_jobs and not _ended_cleanly(status, results):
-        verdict = _blame(status, cfg)
-    return results, verdict
+    if verdict is not None:
+        return verdict
+    if len(buffer) >= _FRAME.size:
+        (length,) = _FRAME.unpack_from(buffer)
+        if len(buffer) == _FRAME.size + length:
+            return bytes(buffer[_FRAME.size :])
+        if length > len(buffer) - _FRAME.size or os.WIFSIGNALED(status):
+            return _blame(status, cfg)
+        return _err("runtime_error", "the sandboxed process sent a malformed result")
+    return _blame(status, cfg)
 
 
-def _ended_cleanly(status, results):
-    """A child exits 0 early only on purpose (after a memory error), having made progress."""
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and bool(results)
+def _fork():
+    """fork(2) straight from libc: os.fork()'s after-fork bookkeeping (re-initialising
+    thread state, locks and at-fork hooks such as random's reseed) costs about as much as
+    the fork itself on the development machine, and a job's child needs none of it: this
+    worker has one thread, holds no import lock while it forks, and the child ends with
+    os._exit. Falls back to os.fork if libc's fork fails."""
+    pid = _LIBC.fork()
+    if pid < 0:
+        return os.fork()
+    return pid
 
 
-def _run_batch(jobs, cfg, base_builtins, tables, proto_fds):
-    """Results for all jobs, forking a fresh child whenever one dies mid-batch."""
-    out = []
-    while len(out) < len(jobs):
-        rest = jobs[len(out) :]
+def _run_job(job, cfg, prepared, parent_pid, parent_fd):
+    """In a batch parent: fork a fresh child for one job; its result (JSON bytes)."""
+    read_fd, write_fd = os.pipe()
+    pid = _fork()
+    if pid == 0:
+        _child(job, cfg, prepared, parent_pid, (parent_fd, read_fd), write_fd)
+    os.close(write_fd)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # the child did it first, or already exited
+    return _supervise(pid, read_fd, cfg)
+
+
+def _run_batch(jobs, cfg, prepared):
+    """In the worker: fork a jailed batch parent that runs `jobs`, one child each; collect
+    their results as it streams them. Should a batch parent die early (never by a job's
+    doing: jobs cannot signal it, by uid and seccomp), the job it was on is blamed on the
+    sandbox and a new batch parent takes the rest."""
+    results = {}
+    pending = list(jobs)
+    while pending:
         read_fd, write_fd = os.pipe()
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
-            _child(rest, cfg, base_builtins, tables, write_fd, (read_fd, *proto_fds))
+            _batch_parent(pending, cfg, prepared, write_fd)
         os.close(write_fd)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass  # the child did it first, or already exited
-        results, verdict = _supervise(pid, read_fd, len(rest), cfg)
-        out.extend(results)
-        if verdict is not None:
-            out.append(verdict)
-    return [(job[0], data) for job, data in zip(jobs, out)]
+        while True:
+            header = _read_exact(read_fd, _FRAME.size)
+            body = header and _read_exact(read_fd, _FRAME.unpack(header)[0])
+            if not body:
+                break
+            job_id, data = marshal.loads(body)
+            results[job_id] = data
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+        left = [job for job in pending if job[0] not in results]
+        if left:
+            results[left[0][0]] = _err("runtime_error", "the sandbox failed outside the task (its batch parent died)")
+            left = left[1:]
+        pending = left
+    return [(job[0], results[job[0]]) for job in jobs]
 
 
 def _read_exact(fd, n):
@@ -557,37 +815,50 @@ def _shift_address_space():
     return [mmap.mmap(-1, pages * mmap.PAGESIZE), bytearray(1 + int.from_bytes(noise[2:], "little"))]
 
 
+def _jail_problems(cfg):
+    """What keeps this host from building the jail ('' when it can be built), checked for real."""
+    problems = []
+    net_error = _isolate_network()
+    if cfg["isolation"] == "none":  # the explicit opt-out: every wall that stands is kept
+        if _probe_jail(cfg):
+            cfg["seccomp"] = None  # a kernel without seccomp: rlimits alone
+            cfg.pop("_seccomp_installers", None)
+        return ""
+    if net_error and cfg["seccomp"] is None:
+        problems.append(f"no network isolation: {net_error} and no seccomp filter for {os.uname().machine}")
+    if os.geteuid() != 0:
+        problems.append(
+            f"not running as root (uid {os.geteuid()}): a child cannot chroot into an empty directory "
+            "or take a uid of its own"
+        )
+    if not problems:
+        err = _probe_jail(cfg)
+        if err:
+            problems.append(f"a jailed child could not be made ({err})")
+    return "; ".join(problems)
+
+
 def main():
     shift = _shift_address_space()  # noqa: F841  (kept alive for the worker's lifetime)
     cfg = json.loads(sys.argv[1])
     cfg["memory_bytes"] = int(cfg["memory_mb"]) * 1024 * 1024
     cfg["cpu_s"] = max(1, math.ceil(cfg["cpu_s"]))
-    cfg["root"] = os.geteuid() == 0
+    cfg["chroot"] = cfg["isolation"] == "jail"
     cfg["worker_pid"] = os.getpid()
+    cfg["seccomp"] = seccomp.build()
+    _seccomp_installers(cfg)  # ctypes objects built before any fork
     proto_in, proto_out = cfg["in_fd"], cfg["out_fd"]
     for fd in (0, 1):  # stdin/stdout are /dev/null (the protocol has its own pipes)
         os.dup2(_DEVNULL, fd)
     warnings = []
     _die_with_parent()
-    _isolate_network(warnings)
-    _check_aslr(warnings)
-    err = _probe_jail(cfg, proto_in, proto_out)
-    if err and cfg["root"]:
-        cfg["root"] = False
-        warnings.append(
-            f"running as root without the capabilities to chroot or change uid ({err}): "
-            "children rely on RLIMIT_NPROC, RLIMIT_FSIZE and the static checks alone"
-        )
-        err = _probe_jail(cfg, proto_in, proto_out)
-    elif not cfg["root"]:
-        warnings.append(
-            "not running as root: children cannot chroot or take a uid of their own; "
-            "they rely on RLIMIT_NPROC, RLIMIT_FSIZE and the static checks alone"
-        )
-    if err:
-        raise SystemExit(f"popula sandbox worker: cannot jail a child on this machine: {err}")
-    tables = _module_tables(warnings)
-    base_builtins = _make_builtins()
+    cfg["jitter"] = _check_aslr(warnings)
+    problems = _jail_problems(cfg)
+    if problems:
+        _send(proto_out, json.dumps({"jail_error": problems}).encode())
+        return
+    _load_codecs()
+    prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
     gc.collect()
     gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
     hello = {"pid": os.getpid(), "hash_probe": hash("popula hash probe"), "warnings": warnings}
@@ -597,8 +868,21 @@ def main():
         if header is None:
             return
         jobs = marshal.loads(_read_exact(proto_in, _FRAME.unpack(header)[0]))
-        _send(proto_out, marshal.dumps(_run_batch(jobs, cfg, base_builtins, tables, (proto_in, proto_out))))
+        results = _run_batch(jobs, cfg, prepared)
+        _send(proto_out, marshal.dumps(results))
+
+
+_STABLE_HASH_TYPES = frozenset({int, bool, float, complex, type(None)})
+
+
+def _add_stable_hash_types():
+    import decimal
+    import fractions
+
+    global _STABLE_HASH_TYPES
+    _STABLE_HASH_TYPES = _STABLE_HASH_TYPES | {decimal.Decimal, fractions.Fraction}
 
 
 if __name__ == "__main__":
+    _add_stable_hash_types()
     main()

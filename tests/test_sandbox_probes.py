@@ -1,0 +1,181 @@
+"""Probe suite (issue 18): escapes are rejected without leaking the worker, no job can touch
+another's verdict, the jail is required, nondeterminism is caught for certain, and benign
+programs get exactly CPython's outputs.
+
+Every escape below was accepted, or leaked worker internals, before the sandbox ran each
+job in a process of its own and checked attributes independently of spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from popula.sandbox import Limits, Sandbox, SandboxUnavailable
+from popula.tasks.records import TaskRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+BENIGN = ROOT / "tests" / "data" / "sandbox" / "benign.jsonl"
+LIMITS = Limits(cpu_s=1, wall_s=1.5, memory_mb=256)
+GEN = "def gen():\n    yield 1\n"
+
+# (name, program, input): each must be invalid (forbidden, or a runtime error that leaks nothing)
+ESCAPES = [
+    ("getattr_const_gi_frame", GEN + "def f(x):\n    g = gen()\n    fr = getattr(g, 'gi_frame')\n    return getattr(fr, 'f_back')", "0"),
+    ("getattr_const_f_globals", GEN + "def f(x):\n    return getattr(getattr(gen(), 'gi_frame'), 'f_globals')", "0"),
+    ("getattr_computed_frame", GEN + "def f(x):\n    n = 'gi' + '_fr' + 'ame'\n    return str(getattr(gen(), n))", "0"),
+    ("getattr_computed_private", "import typing\ndef f(x):\n    r = typing.get_args(typing.List['1'])[0]\n    return getattr(r, '_eval' + 'uate')({}, {}, frozenset())", "0"),
+    ("class_pattern_globals", "def f(x):\n    match f:\n        case object(__globals__=g):\n            return str(g)\n    return 0", "0"),
+    ("class_pattern_frame", GEN + "def f(x):\n    match gen():\n        case object(gi_frame=fr):\n            return str(fr)\n    return 0", "0"),
+    ("class_pattern_private", "def f(x):\n    match x:\n        case object(_secret=s):\n            return s\n    return 0", "0"),
+    ("match_args_computed", "class C:\n    __match_args__ = ('__cl' + 'ass__',)\ndef f(x):\n    match C():\n        case C(k):\n            return str(k)", "0"),
+    ("match_args_runtime", "class C:\n    __match_args__ = tuple([''.join(['__', 'class', '__'])])\ndef f(x):\n    return 0", "0"),
+    ("typing_forwardref_self", "import typing\ndef f(x):\n    self = typing.get_args(typing.List['__import__(\"os\").getuid()'])[0]\n    return self._evaluate({}, {}, frozenset())", "0"),
+    ("typing_forwardref_cls", "import typing\ndef f(x):\n    cls = typing.get_args(typing.List['1'])[0]\n    return cls._evaluate({}, {}, frozenset())", "0"),
+    ("own_name_loophole", "import typing\nclass A:\n    def _evaluate(self, *a):\n        return 0\ndef f(x):\n    r = typing.get_args(typing.List['1'])[0]\n    return r._evaluate({}, {}, frozenset())", "0"),
+    ("enum_convert", "import enum\nclass A:\n    def _convert_(self):\n        pass\ndef f(x):\n    return str(enum.Enum._convert_('E', 'os', lambda n: n == 'system'))", "0"),
+    ("format_attr", GEN + "def f(x):\n    return '{0.gi_frame.f_back}'.format(gen())", "0"),
+    ("format_map_attr", "def f(x):\n    return '{x.__class__}'.format_map({'x': x})", "0"),
+    ("format_computed_template", GEN + "def f(x):\n    t = '{0.' + 'gi_frame' + '}'\n    return t.format(gen())", "0"),
+    ("format_via_str_method", "def f(x):\n    return str.format('{0.real}', x)", "0"),
+    ("format_via_getattr", GEN + "def f(x):\n    t = ''.join(['{0.', 'gi_', 'frame}'])\n    return getattr(t, 'format')(gen())", "0"),
+    ("input_named_args", "def f(x):\n    return str(x)", "__popula_args__"),
+    ("program_reads_args", "def f(x):\n    return str(__popula_args__)", "0"),
+    ("abc_register", "import collections.abc\ndef f(x):\n    getattr(collections.abc.Sequence, 'register')(dict)\n    return isinstance({}, collections.abc.Sequence)", "0"),
+    ("abc_register_attr", "import collections.abc\ndef f(x):\n    collections.abc.Sequence.register(dict)\n    return 1", "0"),
+    ("traceback_frame", "def f(x):\n    try:\n        1 / 0\n    except Exception as e:\n        return str(e.__traceback__.tb_frame.f_globals)", "0"),
+    ("coroutine_frame", "async def c():\n    pass\ndef f(x):\n    co = c()\n    return str(co.cr_frame.f_back)", "0"),
+    ("code_object", "def f(x):\n    return f.__code__.co_consts", "0"),
+    ("code_attr_const", "def f(x):\n    return getattr(getattr(f, '__code__'), 'co_code')", "0"),
+    ("cell_contents", "def f(x):\n    return getattr(getattr, 'cell' + '_contents', 1)", "0"),
+    ("wraps_globals", "import functools\ndef g():\n    pass\ndef f(x):\n    functools.update_wrapper(g, functools.reduce, assigned=(), updated=('__glo' + 'bals__',))\n    return 1", "0"),
+    ("wraps_computed", "import functools\ndef g():\n    pass\ndef f(x):\n    n = ''.join(['__', 'globals', '__'])\n    functools.update_wrapper(g, functools.reduce, assigned=(), updated=(n,))\n    return sorted(k for k in g.__globals__)", "0"),
+    ("wraps_computed_runtime", "import functools\ndef g():\n    pass\ndef f(x):\n    n = ''.join(['__', 'globals', '__'])\n    functools.update_wrapper(g, functools.reduce, assigned=(), updated=(n,))\n    return 1", "0"),
+    ("dunder_hash_call", "def f(x):\n    return object().__hash__() % 2", "0"),
+    ("private_on_self_name", "import collections\ndef f(x):\n    self = collections\n    return str(self._sys)", "0"),
+    ("answer_expression_frame", "def f(x):\n    return (i for i in [1]).gi_frame.f_back", "0"),
+]
+
+# (name, program, input): valid-looking tasks whose output is a coin flip between processes
+NONDETERMINISTIC = [
+    ("set_of_two_strings", "def f(x):\n    return list({'a', 'b'})", "0"),
+    ("hash_object_parity", "def f(x):\n    return hash(object()) % 2", "0"),
+    ("id_parity", "def f(x):\n    return id(x) % 2", "0"),
+    ("hash_str_parity", "def f(s):\n    return hash(s) % 2", "'popula'"),
+    ("dict_from_string_set", "def f(words):\n    return dict.fromkeys(set(words), 0)", "['pear', 'fig', 'kiwi']"),
+    ("sort_by_id", "def f(x):\n    a, b = object(), object()\n    return [o is a for o in sorted([a, b], key=id)]", "0"),
+]
+
+_WORKER_TRACES = ("zygote", "popula-jail", "ctypes", "<module", "posix", "/popula/", "CDLL", "_LIBC", "<function")
+
+
+def _no_trace(text: str) -> bool:
+    return not any(t in (text or "") for t in _WORKER_TRACES)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=2, limits=LIMITS, determinism_runs=14) as sb:
+        yield sb
+
+
+@pytest.mark.slow
+def test_every_escape_probe_is_rejected_and_leaks_nothing(sandbox):
+    records = [TaskRecord(id=n, type="code_o", program=p, inputs=[i]) for n, p, i in ESCAPES]
+    results = sandbox.verify(records)
+    bad = [(r.id, r.reason, r.detail) for r in results if r.valid or r.reason not in ("forbidden", "runtime_error")]
+    assert not bad, bad
+    leaks = [(r.id, r.detail) for r in results if not _no_trace(r.detail)]
+    assert not leaks, leaks
+
+
+@pytest.mark.slow
+def test_answer_expressions_obey_the_same_policy(sandbox):
+    task = TaskRecord(id="t", type="code_o", program="def f(x):\n    return x", inputs=["1"], outputs=["1"],
+                      answer="(i for i in [1]).gi_frame.f_back.f_globals")
+    result = sandbox.verify([task])[0]
+    assert result.correct is False and result.answer_reason == "forbidden" and _no_trace(result.answer_detail)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,program,inp", NONDETERMINISTIC, ids=[n for n, _, _ in NONDETERMINISTIC])
+def test_coin_flip_tasks_are_rejected_as_nondeterministic(sandbox, name, program, inp):
+    result = sandbox.verify([TaskRecord(id=name, type="code_o", program=program, inputs=[inp])])[0]
+    assert not result.valid and result.reason == "nondeterministic", (result.reason, result.detail)
+
+
+@pytest.mark.slow
+def test_hostile_answers_cannot_change_other_jobs_verdicts(sandbox):
+    """A batch of correct code_f answers mixed with hostile ones: every correct one stays correct."""
+    program = "def f(a, b):\n    return a * b + 1"
+    inputs = [f"{i}, {i + 1}" for i in range(6)]
+    outputs = [repr(i * (i + 1) + 1) for i in range(6)]
+    hostile = [
+        "import os\ndef f(a, b):\n    os.write(4, b'\\x00\\x00\\x00\\x0e{\"ok\": [\"0\"]}')\n    return 0",
+        GEN + "def f(a, b):\n    g = gen()\n    fr = getattr(g, 'gi_frame')\n    return getattr(fr, 'f_back')",
+        "def f(a, b):\n    while True:\n        pass",
+        "import collections.abc\ndef f(a, b):\n    getattr(collections.abc.Sequence, 'register')(dict)\n    return 0",
+        "def f(a, b):\n    raise SystemExit(0)",
+        "def f(a, b):\n    return [0] * 10 ** 10",
+    ]
+    records = []
+    for k in range(30):
+        answer = hostile[k % len(hostile)] if k % 2 else program
+        records.append(TaskRecord(id=f"r{k}", type="code_f", program=program, inputs=inputs, outputs=outputs, answer=answer))
+    results = sandbox.verify(records)
+    honest = [r for k, r in enumerate(results) if k % 2 == 0]
+    assert all(r.correct for r in honest), [(r.id, r.answer_reason, r.answer_detail) for r in honest if not r.correct]
+    assert not any(r.correct for k, r in enumerate(results) if k % 2)
+
+
+@pytest.mark.slow
+def test_benign_programs_give_exactly_cpythons_outputs(sandbox):
+    rows = [json.loads(line) for line in BENIGN.read_text().splitlines()]
+    assert len(rows) >= 300
+    records = [TaskRecord(id=str(k), type="code_o", program=r["program"], inputs=r["inputs"]) for k, r in enumerate(rows)]
+    results = sandbox.verify(records)
+    wrong = [(rows[int(r.id)]["program"][:80], r.reason, r.detail, r.outputs, rows[int(r.id)]["outputs"])
+             for r in results if not r.valid or r.outputs != rows[int(r.id)]["outputs"]]
+    assert not wrong, wrong[:5]
+
+
+def test_no_jail_means_no_sandbox_unless_opted_in(monkeypatch):
+    """A host where the jail cannot be built: refused with what is missing and how to allow it."""
+    if os.geteuid() != 0 or shutil.which("capsh") is None:
+        pytest.skip("needs root and capsh to take CAP_SYS_CHROOT away")
+    script = "from popula.sandbox import Sandbox\nwith Sandbox(workers=1) as sb:\n    print('ran')"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("POPULA_SANDBOX_ISOLATION", None)
+    cmd = f"{sys.executable} -c \"{script}\""
+    done = subprocess.run(["capsh", "--drop=cap_sys_chroot", "--", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "ran" not in done.stdout
+    assert "SandboxUnavailable" in done.stderr and "chroot" in done.stderr and "sandbox.isolation: none" in done.stderr
+    env["POPULA_SANDBOX_ISOLATION"] = "none"
+    done = subprocess.run(["capsh", "--drop=cap_sys_chroot", "--", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "ran" in done.stdout, done.stderr
+    assert "WITHOUT the OS jail" in done.stderr
+
+
+def test_the_cli_exits_2_when_the_jail_cannot_be_built(tmp_path):
+    if os.geteuid() != 0 or shutil.which("capsh") is None:
+        pytest.skip("needs root and capsh to take CAP_SYS_CHROOT away")
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"id": "a", "type": "code_o", "program": "def f(x):\n    return x", "inputs": ["1"]}) + "\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("POPULA_SANDBOX_ISOLATION", None)
+    cmd = f"{sys.executable} -m popula.cli verify {tasks}" if (ROOT / "popula" / "cli" / "__main__.py").exists() else \
+        f"{sys.executable} -c 'import sys; from popula.cli import main; sys.exit(main([\"verify\", \"{tasks}\"]))'"
+    done = subprocess.run(["capsh", "--drop=cap_sys_chroot", "--", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "cannot build its jail" in done.stderr and "isolation" in done.stderr
+
+
+def test_unknown_isolation_is_an_error():
+    with pytest.raises(Exception, match="isolation"):
+        Sandbox(workers=1, isolation="sometimes")
