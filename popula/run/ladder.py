@@ -42,9 +42,15 @@ class Rung:
     final: float | None = None
     malformed: list[float] = field(default_factory=list)  # student rung: share of unparseable answers per step
 
-    @property
-    def first(self) -> float:
-        return self.per_step[0]
+    def record(self, step: int, steps: int, rate: float, log: Callable[[int, float], None] | None) -> bool:
+        """Note the figure measured before update `step`; True when it is the final one (no update follows)."""
+        if log is not None:
+            log(step, rate)
+        if step == steps:
+            self.final = rate
+            return True
+        self.per_step.append(rate)
+        return False
 
 
 class Ladder:
@@ -109,12 +115,8 @@ class Ladder:
             prompts, results, correct = self._solve(tasks, ref, n)
             rate = float(np.mean([bool(c) for row in correct for c in row]))
             rung.malformed.append(float(np.mean([c is None for row in correct for c in row])))
-            if log is not None:
-                log(step, rate)
-            if step == steps:
-                rung.final = rate
+            if rung.record(step, steps, rate, log):
                 break
-            rung.per_step.append(rate)
             rollouts = [Rollout(adapter="student", role="student", task_type=t.type, group=f"task{i}",
                                 prompt_ids=ids, completion_ids=s.token_ids, sampler_logprobs=s.logprobs,
                                 adapter_version=ref.version, reward=student_reward(c is not None, c),
@@ -149,13 +151,8 @@ class Ladder:
                 valid[i] = verdict.valid
                 if verdict.valid:
                     tasks[i].outputs = verdict.outputs
-            rate = float(np.mean(valid))
-            if log is not None:
-                log(step, rate)
-            if step == steps:
-                rung.final = rate
+            if rung.record(step, steps, float(np.mean(valid)), log):
                 break
-            rung.per_step.append(rate)
             good = [i for i in range(len(tasks)) if valid[i]]
             _, _, correct = self._solve([tasks[i] for i in good], None, self.cfg.generation.rollouts)
             rho = dict(zip(good, (solve_rate([bool(c) for c in row]) for row in correct)))
