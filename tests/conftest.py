@@ -69,6 +69,20 @@ def answer_batch(tokenizer, examples):
     return ids, labels, mask
 
 
+def fit_answers(model, tokenizer, examples, *, stop_loss: float, steps: int = 400) -> bool:
+    """Adam on `answer_batch(examples)` until the loss is below `stop_loss`; False if `steps` ran out."""
+    ids, labels, mask = answer_batch(tokenizer, examples)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        if loss.item() < stop_loss:
+            return True
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return False
+
+
 def make_proposer_base(path: Path, steps: int = 400) -> Path:
     """A small seeded Llama that has learnt to propose a few code_o tasks and answer them.
 
@@ -96,15 +110,7 @@ def make_proposer_base(path: Path, steps: int = 400) -> Path:
     torch.set_num_threads(1)
     try:
         model = small_llama(tok, 512)
-        ids, labels, mask = answer_batch(tok, examples)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        for _ in range(steps):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            if loss.item() < 0.05:
-                break
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        fit_answers(model, tok, examples, stop_loss=0.05, steps=steps)
     finally:
         torch.set_num_threads(threads)
     model.save_pretrained(path)

@@ -14,9 +14,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import answer_batch, small_llama
+from conftest import fit_answers, small_llama
 from popula.config import load_config
 from popula.engines.torch_engine import TorchEngine
 from popula.model.tokenizer import train_tokenizer
@@ -41,16 +40,9 @@ def half_trained(tmp_path_factory):
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, t.outputs[0]) + "<|end|>" for t in tasks]
     tok = train_tokenizer(texts * 20, 300, max_length=512)
     model = small_llama(tok, 512)
-    ids, labels, mask = answer_batch(tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0]))
-                                           for t in tasks])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(400):  # stop while the answers are still uncertain: RL has room to climb
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        if out.loss.item() < 0.4:
-            break
-        opt.zero_grad()
-        out.loss.backward()
-        opt.step()
+    # stop while the answers are still uncertain: RL has room to climb
+    fit_answers(model, tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0])) for t in tasks],
+                stop_loss=0.4)
     path = tmp_path_factory.mktemp("half-trained")
     model.save_pretrained(path)
     tok.save_pretrained(path)

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import popula.cli
-from conftest import answer_batch, small_llama
+from conftest import fit_answers, small_llama
 from popula.adapters import AdapterStore
 from popula.league import League
 from popula.model.tokenizer import train_tokenizer
@@ -45,17 +45,9 @@ def make_memorising_base(path: Path) -> Path:
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, t.outputs[0]) + "<|end|>" for t in held_out]
     tok = train_tokenizer(texts * 20 + [fmt.student_prompt(t) for t in stream], 300, max_length=512)
     model = small_llama(tok, 512)
-    ids, labels, mask = answer_batch(
-        tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0])) for t in held_out])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(400):  # until sampling at temperature 1 almost always gives the answer
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        if out.loss.item() < 0.01:
-            break
-        opt.zero_grad()
-        out.loss.backward()
-        opt.step()
-    else:
+    # until sampling at temperature 1 almost always gives the answer
+    if not fit_answers(model, tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0])) for t in held_out],
+                       stop_loss=0.01):
         raise AssertionError("the test model did not memorise its answers")
     model.save_pretrained(path)
     tok.save_pretrained(path)
