@@ -53,6 +53,37 @@ def test_a_resume_is_refused_while_another_process_holds_the_run_and_the_message
         holder.wait()
 
 
+LATE_WRITER = """
+import fcntl, os, socket, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(0.5)  # the window between taking the lock and writing the holder's line
+os.ftruncate(fd, 0)
+os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since now: late writer\\n".encode())
+time.sleep(600)
+"""
+
+
+def test_a_refusal_in_the_moment_before_the_holder_writes_its_line_names_the_holder_not_the_last_one(tmp_path):
+    lock_file = tmp_path / LOCK_NAME
+    lock_file.write_text(f"pid {ended_pid()} on {os.uname().nodename}, since yesterday: an ended run\n")
+    holder = subprocess.Popen([sys.executable, "-c", LATE_WRITER, str(lock_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(PopulaError, match=rf"pid {holder.pid} on .*late writer"):
+            RunDirLock(tmp_path).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def ended_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
 def test_a_kill_9_of_the_holder_never_leaves_a_stale_lock(tmp_path):
     prepare_run_dir(tmp_path, load_config(None), resume=False).release()
     holder = hold_in_another_process(tmp_path)

@@ -61,7 +61,7 @@ class RunDirLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(fd)
+            holder = _wait_for_holder(fd)
             os.close(fd)
             raise PopulaError(
                 f"{self.run_dir} is in use by another popula process ({holder}); two processes writing one "
@@ -98,12 +98,42 @@ class RunDirLock:
         self.release()
 
 
+def _wait_for_holder(fd: int, patience_s: float = 2.0) -> str:
+    """The holder's line, read once the holder has written it.
+
+    The holder locks first and writes its line just after, so a refused process can read
+    the previous holder's line (a process that has ended) or nothing. Re-read for a moment
+    until the line names a live process on this host (or one on another host, which cannot
+    be checked from here).
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        text = _read_holder(fd)
+        if _names_live_process(text) or time.monotonic() >= deadline:
+            return text or "a process that has not yet written its pid"
+        time.sleep(0.02)
+
+
 def _read_holder(fd: int) -> str:
     try:
-        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
     except OSError:
-        text = ""
-    return text or "a process that has not yet written its pid"
+        return ""
+
+
+def _names_live_process(text: str) -> bool:
+    words = text.split()
+    if len(words) < 4 or words[0] != "pid" or words[2] != "on" or not words[1].isdigit():
+        return False
+    if words[3].rstrip(",") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(words[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> RunDirLock:
