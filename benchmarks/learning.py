@@ -1,40 +1,45 @@
 """Does the population learn a better curriculum than single-agent self-play?
 
     python3 benchmarks/learning.py [--seeds 0 1 2] [--steps N] [--heldout 300] [--samples 4]
-                                   [--out DIR] [--docs DIR] [--set KEY=VALUE ...] [--resume]
+                                   [--jobs 2] [--out DIR] [--docs DIR] [--set KEY=VALUE ...]
 
 For every seed it runs `configs/tiny-cpu.yaml` (4 teachers + 4 students) and
-`configs/single-agent.yaml` (one adapter that proposes and solves) from the same base,
-then scores each run's best student (by conservative TrueSkill rating; the one adapter
-for the baseline) and the bare base on one held-out set of generated tasks. The held-out
-tasks come from the generator's held-out namespace at `--heldout-seed`, a stream that
-neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
-with the same generation settings (samples, temperature, max tokens), printed with the
-result.
+`configs/single-agent.yaml` (one adapter that proposes and solves) from the same base, each
+as its own `popula run` process (`--jobs` at a time, the cores shared among them; a run
+already finished or interrupted in OUT is resumed, not restarted). Then it scores, with
+`popula eval`, every student alive at the end of each population run, the single agent's
+adapter and the bare base on one held-out set of generated tasks. The population's headline
+model is its best student by conservative TrueSkill rating (the one a user would pick without
+looking at held-out scores); the weakest live student is reported beside it.
 
-Writes OUT/<label>-s<seed>/ (the runs), OUT/heldout.jsonl, and to DOCS (default OUT/docs):
-README.md (the table: pass@1 and pass@k, mean and spread over seeds, per task type), PNG
-plots of every training curve with population and single agent on the same axes (mean
-over seeds), and learning.json. Prints the table and, as its last line, one JSON object.
+The held-out tasks come from the generator's held-out namespace at `--heldout-seed`, a stream
+that neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
+with the same generation settings (samples, temperature, max tokens), printed with the result.
+
+Writes OUT/<label>-s<seed>/ (the runs, with <label>-s<seed>.log beside them), OUT/heldout.jsonl,
+OUT/scores/ (one `popula eval --json` report per model), and to DOCS (default OUT/docs):
+README.md (pass@1 and pass@k, mean and spread over seeds, per task type), PNG plots of every
+training curve with population and single agent on the same axes (mean over seeds), and
+learning.json. Prints the table and, as its last line, one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from popula.openmp import configure_waits  # noqa: E402
 
-configure_waits()  # before torch loads
-
-from popula.config import load_config  # noqa: E402
-from popula.evaluate import EvalSettings, evaluate_target  # noqa: E402
+from popula.evaluate import best_student  # noqa: E402
+from popula.league import League  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
-from popula.run.population import PopulationRun  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 from popula.tasks.records import write_jsonl  # noqa: E402
 
@@ -46,6 +51,15 @@ SERIES = {
     "cyclomatic": "cyclomatic complexity", "loc": "lines of code", "n_vars": "distinct variables",
 }
 WINDOW = 20  # steps averaged for the "first" and "last" figures
+
+
+@dataclass
+class Job:
+    """One subprocess: a training run or one model's held-out evaluation."""
+
+    name: str
+    argv: list[str]
+    log: Path
 
 
 def main() -> None:
@@ -60,12 +74,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="answers per held-out task (pass@1 and pass@k)")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-tokens", type=int, default=96, help="answer tokens for every scored model")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="runs (and evaluations) at once; small models leave cores idle, so 2 on 2 cores "
+                             "finish sooner than one after another (default: min(2, cores))")
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
-                        help="config override applied to every run")
-    parser.add_argument("--resume", action="store_true", help="continue runs already in OUT")
+                        help="config override applied to every run (e.g. base_model=DIR)")
     args = parser.parse_args()
     if args.heldout_seed in args.seeds:
         parser.error("--heldout-seed must differ from every training seed")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
 
     args.out.mkdir(parents=True, exist_ok=True)
     docs = args.docs or args.out / "docs"
@@ -74,24 +92,24 @@ def main() -> None:
     if not heldout.exists():
         tasks = generate_tasks(args.heldout, args.heldout_seed, namespace=HELDOUT_NAMESPACE)
         write_jsonl(heldout, [t.to_json() for t in tasks])
-    settings = EvalSettings(samples=args.samples, temperature=args.temperature, max_tokens=args.max_tokens)
 
-    curves: dict[str, list[list[dict]]] = {label: [] for label in RUNS}
-    scores: dict[str, list[dict]] = {label: [] for label in [*RUNS, "base"]}
-    base_model = None
-    for seed in args.seeds:
-        for label, config in RUNS.items():
-            run_dir = args.out / f"{label}-s{seed}"
-            overrides = [*args.overrides, f"seed={seed}"] + ([f"run.steps={args.steps}"] if args.steps else [])
-            cfg = load_config(config, overrides)
-            base_model = cfg.base_model
-            resume = args.resume and (run_dir / "config.yaml").exists()
-            PopulationRun(cfg, run_dir, resume=resume).train()  # a finished run resumes to no new step
-            curves[label].append(read_metrics(run_dir / "metrics.jsonl"))
-            scores[label].append(_score(evaluate_target(str(run_dir), heldout, settings=settings, progress=True)))
-    scores["base"].append(_score(evaluate_target(base_model, heldout, settings=settings, progress=True)))
+    run_dirs = {(label, seed): args.out / f"{label}-s{seed}" for seed in args.seeds for label in RUNS}
+    run_all([_train_job(args, label, seed, d) for (label, seed), d in run_dirs.items()], args.jobs)
+    curves = {label: [read_metrics(run_dirs[label, seed] / "metrics.jsonl") for seed in args.seeds] for label in RUNS}
 
-    summary = _summarize(args, scores, curves)
+    base_model = _base_model(run_dirs[next(iter(run_dirs))])
+    targets = [("base", None, base_model, None)]
+    for (label, seed), d in run_dirs.items():
+        names = [m.name for m in League.load(d / "league.json").ranked("student")] if label == "population" \
+            else [best_student(d)]
+        targets += [(label, seed, str(d), name) for name in names]
+    scores_dir = args.out / "scores"
+    scores_dir.mkdir(exist_ok=True)
+    evals = {t: scores_dir / _score_name(*t) for t in targets}
+    run_all([_eval_job(args, heldout, t, path) for t, path in evals.items() if not _complete(path)], args.jobs)
+    reports = {t: json.loads(path.read_text()) for t, path in evals.items()}
+
+    summary = _summarize(args, reports, run_dirs, curves)
     (docs / "learning.json").write_text(json.dumps(summary, indent=1) + "\n")
     table = format_table(summary)
     _plot(curves, docs)
@@ -100,10 +118,71 @@ def main() -> None:
     print(json.dumps(summary))
 
 
-def _score(report) -> dict:
-    return {"model": report.adapter or "bare base", "pass1": report.overall.pass_at_1,
-            "passk": report.overall.pass_at_k, "answered": report.overall.answered_rate,
-            "by_type": {t: s.pass_at_1 for t, s in report.by_type.items()}}
+def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -> Job:
+    argv = [sys.executable, "-m", "popula", "run", str(RUNS[label]), "--out", str(run_dir), "--seed", str(seed)]
+    argv += ["--steps", str(args.steps)] if args.steps else []
+    argv += [f"--set={s}" for s in args.overrides]
+    argv += ["--resume"] if (run_dir / "config.yaml").exists() else []  # a finished run resumes to no new step
+    return Job(f"train {run_dir.name}", argv, run_dir.parent / f"{run_dir.name}.log")
+
+
+def _eval_job(args: argparse.Namespace, heldout: Path, target: tuple, out: Path) -> Job:
+    _, _, spec, adapter = target
+    argv = [sys.executable, "-m", "popula", "eval", spec, "--tasks", str(heldout), "--samples", str(args.samples),
+            "--temperature", str(args.temperature), "--max-tokens", str(args.max_tokens), "--json"]
+    argv += ["--adapter", adapter] if adapter else []
+    return Job(f"eval {out.stem}", argv, out.with_suffix(".log"))
+
+
+def _score_name(label: str, seed: int | None, spec: str, adapter: str | None) -> str:
+    return "base.json" if seed is None else f"{label}-s{seed}-{adapter}.json"
+
+
+def _complete(path: Path) -> bool:
+    try:
+        return "overall" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def _base_model(run_dir: Path) -> str:
+    import yaml
+
+    return str(yaml.safe_load((run_dir / "config.yaml").read_text())["base_model"])
+
+
+def run_all(jobs: list[Job], parallel: int) -> None:
+    """Run the jobs as subprocesses, `parallel` at a time, each with an equal share of the cores.
+
+    An evaluation's stdout (its JSON report) goes to the job's `.json` file; everything else
+    to its log. A failed job stops the benchmark with the log's name: its figures would be
+    missing from the table.
+    """
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    pending, running = list(jobs), []
+    while pending or running:
+        while pending and len(running) < parallel:
+            job = pending.pop(0)
+            log = job.log.open("w")
+            stdout = job.log.with_suffix(".json").open("w") if job.name.startswith("eval") else log
+            print(f"[{time.strftime('%H:%M:%S')}] start {job.name} (log: {job.log})", flush=True)
+            running.append((job, subprocess.Popen(job.argv, stdout=stdout, stderr=log, env=env, cwd=ROOT),
+                            time.monotonic()))
+        time.sleep(1)
+        for entry in [e for e in running if e[1].poll() is not None]:
+            job, proc, started = entry
+            running.remove(entry)
+            if proc.returncode != 0:
+                for _, other, _ in running:
+                    other.terminate()
+                raise SystemExit(f"{job.name} failed (exit {proc.returncode}); see {job.log}")
+            print(f"[{time.strftime('%H:%M:%S')}] done  {job.name} in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def _pass(report: dict) -> dict:
+    return {"pass1": report["overall"]["pass_at_1"], "passk": report["overall"]["pass_at_k"],
+            "by_type": {t: g["pass_at_1"] for t, g in report["by_type"].items()}}
 
 
 def _mean_sd(values: list[float]) -> dict:
@@ -117,15 +196,27 @@ def _window(rows: list[dict], key: str, last: bool) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _summarize(args: argparse.Namespace, scores: dict[str, list[dict]], curves: dict[str, list[list[dict]]]) -> dict:
+def _summarize(args: argparse.Namespace, reports: dict[tuple, dict], run_dirs: dict[tuple, Path],
+               curves: dict[str, list[list[dict]]]) -> dict:
+    base = _pass(reports[next(t for t in reports if t[0] == "base")])
     out: dict = {"seeds": args.seeds, "heldout": {"tasks": args.heldout, "seed": args.heldout_seed,
                                                   "samples": args.samples, "temperature": args.temperature,
                                                   "max_tokens": args.max_tokens}}
-    for label, runs in scores.items():
+    picked: dict[str, list[dict]] = {"base": [base], "single": [], "population": [], "weakest": []}
+    students_above_base = []
+    for (label, seed), run_dir in run_dirs.items():
+        mine = {t[3]: _pass(r) for t, r in reports.items() if t[0] == label and t[1] == seed}
+        picked[label].append({**mine[best_student(run_dir)], "model": f"{run_dir.name}/{best_student(run_dir)}"})
+        if label == "population":
+            weakest = min(mine, key=lambda n: mine[n]["pass1"])
+            picked["weakest"].append({**mine[weakest], "model": f"{run_dir.name}/{weakest}"})
+            students_above_base.append(sum(s["pass1"] > base["pass1"] for s in mine.values()) / len(mine))
+    for label, runs in picked.items():
         types = sorted({t for r in runs for t in r["by_type"]})
         out[label] = {"pass1": _mean_sd([r["pass1"] for r in runs]), "passk": _mean_sd([r["passk"] for r in runs]),
                       "by_type": {t: _mean_sd([r["by_type"].get(t, 0.0) for r in runs]) for t in types},
-                      "models": [r["model"] for r in runs]}
+                      "models": [r.get("model", "bare base") for r in runs]}
+    out["population"]["students_above_base"] = students_above_base
     for label, runs in curves.items():
         out[label]["curves"] = {key: {"first": [_window(r, key, False) for r in runs],
                                       "last": [_window(r, key, True) for r in runs]} for key in SERIES}
@@ -141,11 +232,12 @@ def format_table(summary: dict) -> str:
     lines = [f"held-out: {h['tasks']} generated tasks (seed {h['seed']}), {h['samples']} samples at T={h['temperature']}, "
              f"max {h['max_tokens']} tokens, the same for every model; seeds {summary['seeds']}",
              "", "| model | pass@1 | pass@k | code_o | code_i | code_f |", "|---|---|---|---|---|---|"]
-    for label in ("base", "single", "population"):
+    for label in ("base", "single", "population", "weakest"):
         s = summary[label]
         cell = lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f}"  # noqa: E731
         by_type = [cell(s["by_type"][t]) if t in s["by_type"] else "-" for t in ("code_o", "code_i", "code_f")]
-        name = {"base": "bare base", "single": "single agent", "population": "population best student"}[label]
+        name = {"base": "bare base", "single": "single agent", "population": "population best student (rating)",
+                "weakest": "population weakest live student"}[label]
         lines.append(f"| {name} | {cell(s['pass1'])} | {cell(s['passk'])} | " + " | ".join(by_type) + " |")
     lines += ["", f"| curve (mean of first / last {WINDOW} steps, per seed) | population | single agent |", "|---|---|---|"]
     for key, title in SERIES.items():
@@ -156,6 +248,8 @@ def format_table(summary: dict) -> str:
                                    for a, b in zip(c["first"], c["last"])))
         lines.append(f"| {title} | {cells[0]} | {cells[1]} |")
     b = summary["population_beats_single"]
+    above = ", ".join(f"{f:.0%}" for f in summary["population"]["students_above_base"])
+    lines += ["", f"live population students above the bare base's pass@1, per seed: {above}"]
     lines += ["", f"population best student above the single agent in {b['seeds']} of {b['of']} seeds "
                   f"(mean difference {b['mean_diff']:+.3f} pass@1); largest logprob_gap_max: population "
                   f"{summary['population']['logprob_gap_max']:.1e}, single {summary['single']['logprob_gap_max']:.1e}"]
