@@ -101,8 +101,9 @@ class LearnerConfig(_Section):
     advantage: Literal["grpo", "dr_grpo"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo) or only centred"
     )
-    teacher_baseline: Literal["batch", "ema"] = Field(
-        "batch", description="teacher baseline per (adapter, role, task type): this step's mean, or a running mean"
+    teacher_baseline: Literal["batch", "ema", "population"] = Field(
+        "batch", description="teacher baseline per task type: this step's mean of the adapter's own tasks (batch), "
+                             "a running mean of them (ema), or this step's mean over every teacher's tasks (population)"
     )
     teacher_baseline_momentum: float = Field(0.9, ge=0, lt=1, description="ema baseline: weight of the past")
     teacher_normalize_std: bool = Field(True, description="divide teacher advantages by the group's reward std")

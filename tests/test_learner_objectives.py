@@ -63,6 +63,20 @@ def test_teacher_rewards_are_normalised_per_task_type_with_the_batch_baseline():
     assert unnormalised[3:] == pytest.approx([-0.1, 0.1])
 
 
+def test_the_population_baseline_compares_a_teachers_task_with_every_teachers_tasks_of_that_type():
+    rollouts = [rollout("T0", "teacher", "code_o", -1.0), rollout("T0", "teacher", "code_o", 0.5),
+                rollout("T1", "teacher", "code_o", 0.5), rollout("T1", "teacher", "code_o", 0.7),
+                rollout("T1", "teacher", "code_f", 0.2), rollout("S0", "student", "code_o", 1.0),
+                rollout("S0", "student", "code_o", 0.0)]
+    adv = compute_advantages(rollouts, LearnerConfig(teacher_baseline="population"), EmaBaseline(0.9))
+    assert adv[:4] == pytest.approx(group_advantages([-1.0, 0.5, 0.5, 0.7], normalize_std=True))
+    assert adv[4] == 0.0  # the only code_f task of the step: nothing to compare it with
+    assert adv[5:] == pytest.approx(group_advantages([1.0, 0.0], normalize_std=True))  # students: unchanged
+    # Per adapter, T1's 0.5 is the worse of its pair (pushed down); against all teachers it is above average.
+    per_adapter = compute_advantages(rollouts, LearnerConfig(), EmaBaseline(0.9))
+    assert per_adapter[2] < 0 < adv[2]
+
+
 def test_the_ema_baseline_starts_at_the_batch_mean_then_remembers_past_steps():
     cfg = LearnerConfig(teacher_baseline="ema", teacher_baseline_momentum=0.5, teacher_normalize_std=False)
     ema = EmaBaseline(cfg.teacher_baseline_momentum)

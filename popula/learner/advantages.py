@@ -12,7 +12,11 @@ group of rollouts of the same prompt. Following AZR's task-relative REINFORCE++,
 are compared within (adapter, role, task type) -- the `group` a teacher rollout carries --
 and optionally divided by that group's std. The baseline is either this step's group mean
 (`batch`) or a running mean of past steps (`ema`), which still gives a signal when a
-teacher posed a single task of a type this step.
+teacher posed a single task of a type this step. With a few proposals per teacher, a
+group of two normalised by its own std turns any difference into +-0.7, however small:
+the `population` baseline compares each task with every teacher's tasks of its type this
+step (4 teachers x 2 proposals: a group of 8), still a REINFORCE baseline for each adapter,
+with a quarter of the noise. In a single agent it equals `batch`.
 """
 
 from __future__ import annotations
@@ -76,19 +80,21 @@ class EmaBaseline:
 def compute_advantages(rollouts: Sequence[Rollout], cfg: LearnerConfig, ema: EmaBaseline) -> list[float]:
     """One advantage per rollout, in order: given ones kept, the rest from rewards by role.
 
-    Groups are keyed by (adapter, role, group), so two adapters never share a baseline
-    and a single agent's teacher and student rollouts never mix.
+    Groups are keyed by (adapter, role, group), so two students never share a baseline
+    and a single agent's teacher and student rollouts never mix; with the `population`
+    teacher baseline, teachers' groups are keyed by (role, group) alone.
     """
     out: list[float | None] = [r.advantage for r in rollouts]
     groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    pooled = cfg.teacher_baseline == "population"
     for i, r in enumerate(rollouts):
         if r.advantage is None:
-            groups[(r.adapter, r.role, r.group)].append(i)
+            groups[("*" if pooled and r.role == "teacher" else r.adapter, r.role, r.group)].append(i)
     for (adapter, role, group), members in groups.items():
         rewards = [float(rollouts[i].reward) for i in members]
         if role == "student":
             values = group_advantages(rewards, normalize_std=cfg.advantage == "grpo")
-        elif cfg.teacher_baseline == "batch":
+        elif cfg.teacher_baseline in ("batch", "population"):
             values = group_advantages(rewards, normalize_std=cfg.teacher_normalize_std)
         else:
             values = ema.advantages(f"{adapter}\x1f{role}\x1f{group}", rewards,
