@@ -8,7 +8,7 @@ adapters:
 - parents: the top students of the run's league by conservative rating (mu - 3 sigma);
   a mutation uses the best one, a crossover the best two.
 - reward (`evaluate`): the mean student reward (`popula.rewards.student_reward`: 1 right,
-  0 wrong, -0.5 malformed) over a fixed held-out set of generated tasks (namespace
+  0 otherwise) over a fixed held-out set of generated tasks (namespace
   "retention", seeded), `samples` answers per task at the run's temperature, every request
   seeded, so parents and children answer under identical sampling conditions.
 - update step (`update`): one learner step, exactly as the run trains a student (GRPO
@@ -18,9 +18,8 @@ adapters:
   (the run's default `evolution.optimizer_state: reset`).
 
 Levels (child / parents, "95% of the parent level") are measured above a baseline,
-`--baseline`: zero by default (the plain ratio the issue asks for). The student reward
-can be negative (-0.5 per malformed answer), and the ratio is then meaningless, so
-`floor` measures above -0.5 and `base` above the bare base's reward.
+`--baseline`: zero by default (the plain ratio the issue asks for), or `base`: above the
+bare base's reward (the share of the parents' gain over the base that a child keeps).
 
 The run's adapters are read without opening an AdapterStore on the run directory (that
 prunes versions of a live run); children and copies live in a private temporary store.
@@ -45,10 +44,9 @@ EVAL_NAMESPACE = "retention"
 TRAIN_NAMESPACE = "retention-train"
 MIN_ANSWER_TOKENS = 8  # a training prompt leaving less room than this in the context is dropped
 
-Baseline = Literal["zero", "floor", "base"]
+Baseline = Literal["zero", "base"]
 BASELINES: dict[str, str] = {
     "zero": "level = child / parents (the plain ratio; needs parents above 0)",
-    "floor": "level above -0.5, the reward of a malformed answer (defined whenever parents answer anything)",
     "base": "level above the bare base's reward: the share of the parents' gain over the base that is kept",
 }
 
@@ -151,7 +149,6 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
 
     from popula.config import load_config
     from popula.model.base import resolve_base_model
-    from popula.rewards import MALFORMED_ANSWER_REWARD
 
     start = time.perf_counter()
     operators = list(settings.operators) if settings.operators else list(OPERATORS)
@@ -187,7 +184,7 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
         bar.set_description("retention: bare base")
         report.base_reward = bench.reward(None)
         bar.update()
-        baseline = {"zero": 0.0, "floor": MALFORMED_ANSWER_REWARD, "base": report.base_reward}[settings.baseline]
+        baseline = {"zero": 0.0, "base": report.base_reward}[settings.baseline]
         cached: dict[int, float] = {}
         for (name, _), state in zip(parents, states):
             bar.set_description(f"retention: parent {name}")

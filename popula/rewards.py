@@ -10,14 +10,19 @@ Teacher reward (PopuLoRA, DESIGN 1) for one proposed task p with student solve r
      1 - rho    otherwise: the harder the task for this student, the better, as long as
                 it is solvable at all
 
-Student reward for one rollout:
+Student reward for one rollout (DESIGN 1: the verifier's reward for a correct,
+well-formed solution):
 
      1          the answer is well formed and the sandbox judges it correct
-     0          the answer is well formed but wrong (or fails to run)
-    -0.5        no answer could be parsed from the completion (malformed): a format
-                penalty, so a student gains nothing by rambling instead of answering,
-                yet is punished less than a teacher's invalid task, since a wrong answer
-                and a missing one are both still just failures to solve
+     0          anything else: wrong, fails to run, or no answer could be parsed
+                (malformed; still counted apart in the metrics)
+
+There is no format penalty. An earlier -0.5 for a malformed answer sharpened students onto
+wrong answers: in a GRPO group where no rollout is right, the penalty gives every
+well-formed wrong answer a positive advantage. Measured in docs/results/learning/: on the
+ladder's small model the solve rate fell to 0 within a few steps at a high learning rate,
+and in self-play at lr 6e-3 the best student's held-out pass@4 halved. Format is still
+learned, because only a well-formed answer can earn the 1.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ INVALID_TASK_REWARD = -1.0
 UNSOLVED_TASK_REWARD = 0.0
 CORRECT_ANSWER_REWARD = 1.0
 WRONG_ANSWER_REWARD = 0.0
-MALFORMED_ANSWER_REWARD = -0.5
+MALFORMED_ANSWER_REWARD = 0.0
 
 
 def solve_rate(correct: Sequence[bool]) -> float:
@@ -54,7 +59,7 @@ def teacher_reward(valid: bool, rho: float | None) -> float:
 
 
 def student_reward(well_formed: bool, correct: bool | None) -> float:
-    """The student's reward for one rollout: 1 correct, 0 wrong, -0.5 malformed."""
+    """The student's reward for one rollout: 1 for a correct well-formed answer, else 0."""
     if not well_formed:
         return MALFORMED_ANSWER_REWARD
     return CORRECT_ANSWER_REWARD if correct else WRONG_ANSWER_REWARD

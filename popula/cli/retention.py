@@ -35,9 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="answers per scored task (default: the run's generation.rollouts)")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="seed of the task sets, the children and every sample (default: 0)")
-    parser.add_argument("--baseline", choices=("zero", "floor", "base"), default="zero",
-                        help="what levels are measured above: zero (child/parents, default), floor (-0.5, a "
-                             "malformed answer's reward), base (the bare base's reward)")
+    parser.add_argument("--baseline", choices=("zero", "base"), default="zero",
+                        help="what levels are measured above: zero (child/parents, default) or base (the bare "
+                             "base's reward: the share of the parents' gain over the base a child keeps)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(func=run)
 
