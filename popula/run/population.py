@@ -303,10 +303,10 @@ class PopulationRun:
 
         if self.evolution is None:
             return []
-        ratings = {role: {m.name: (m.mu, m.sigma) for m in self.league.alive(role)} for role in ("teacher", "student")}
+        scores = {role: {m.name: m.conservative for m in self.league.alive(role)} for role in ("teacher", "student")}
         ages = {m.name: m.age(step) for role in ("teacher", "student") for m in self.league.alive(role)}
         evolved = []
-        for plan in plan_replacements(step, ratings, self.evolution, ages):
+        for plan in plan_replacements(step, scores, self.evolution, ages):
             parents = {p: self.learner.adapter_state(self.roster.adapter_of[p]) for p in plan.parents}
             child = make_child(plan, parents)
             inherited = (self.learner.optimizer_state(self.roster.adapter_of[plan.parents[0]])
