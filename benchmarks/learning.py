@@ -32,11 +32,12 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads
 
 from popula.config import load_config  # noqa: E402
-from popula.evaluate import EvalSettings, evaluate_target  # noqa: E402
+from popula.eval_target import evaluate_target  # noqa: E402
+from popula.evaluate import EvalSettings  # noqa: E402
+from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.run.population import PopulationRun  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
-from popula.tasks.records import write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {"population": ROOT / "configs" / "tiny-cpu.yaml", "single": ROOT / "configs" / "single-agent.yaml"}

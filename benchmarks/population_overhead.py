@@ -62,9 +62,9 @@ from popula.adapters import AdapterStore
 from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.learner import PopulationLearner, Rollout
+from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.workers import build_engine, build_learner
 from popula.runtime import Runtime
-from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import CompactFormat, stop_token_ids
@@ -229,13 +229,7 @@ def add_step_options(ap: argparse.ArgumentParser) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_step_options(ap)
-    ap.add_argument("--ray", action="store_true",
-                    help="add the population on a local Ray cluster (benchmarks/ray_overhead.py): step_s_ray, ray_overhead")
     args = ap.parse_args()
-    if args.ray:
-        from ray_overhead import main as ray_main
-
-        return ray_main([a for a in sys.argv[1:] if a != "--ray"])
     torch.set_num_threads(args.threads)
 
     from transformers import AutoTokenizer

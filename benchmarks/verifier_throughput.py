@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Limits, Sandbox, policy  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
-from popula.tasks.records import TaskRecord  # noqa: E402
 
 REALWORLD = Path(__file__).resolve().parent.parent / "tests" / "data" / "sandbox" / "realworld.jsonl"
 

@@ -35,7 +35,6 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from popula.engines.base import AdapterRef
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, find_target_linears, fresh_peft_state_dict, peft_key
 
@@ -46,6 +45,20 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # PEFT features the multi-LoRA engines do not implement: an adapter using one is refused.
 _UNSERVED = {"use_dora": False, "rank_pattern": {}, "alpha_pattern": {}, "modules_to_save": None,
              "target_parameters": None, "layers_to_transform": None, "bias": "none"}
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """One saved version of one adapter: a PEFT directory on disk.
+
+    `uid` is unique over the whole run (across names and versions); engines use it as
+    the LoRA id, so reloading a name with new weights always means a new id.
+    """
+
+    name: str
+    version: int
+    uid: int
+    path: Path
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from popula.errors import PopulaError
-from popula.tasks.records import TaskRecord, VerifyResult, parse_record, read_records, write_jsonl
+from popula.records import TaskRecord, VerifyResult, parse_record, read_records, write_jsonl
 
 
 def _write(tmp_path, lines):

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from popula.adapters import AdapterStore
+from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
-from popula.engines.base import AdapterRef, GenerationRequest
+from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import Rollout
 from popula.run.workers import build_local

@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from popula.evaluate import EvalSettings, evaluate_target, format_report
+    # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
+    from popula.eval_target import evaluate_target
+    from popula.evaluate import EvalSettings, format_report
 
     settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                             max_tokens=args.max_tokens, seed=args.seed)

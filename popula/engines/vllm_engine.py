@@ -43,8 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
+from popula.adapters import AdapterRef, base_lora_shapes, meta_model, read_adapter
+from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
+from popula.lora.model import FORBIDDEN_TARGETS, PEFT_PREFIX
 
 if TYPE_CHECKING:
     import torch
@@ -79,9 +81,6 @@ class BaseLoRALayout:
     def of(cls, base_path: str | os.PathLike) -> "BaseLoRALayout":
         """Read from the base's config alone (a meta-device model: no weights are loaded)."""
         from torch import nn
-
-        from popula.adapters import base_lora_shapes, meta_model
-        from popula.lora.model import FORBIDDEN_TARGETS
 
         model = meta_model(base_path)
         names = {path.rsplit(".", 1)[-1] for path, mod in model.named_modules() if isinstance(mod, nn.Linear)}
@@ -222,9 +221,6 @@ class VLLMEngine:
 
     def validate(self, ref: AdapterRef) -> None:
         """Raise PopulaError naming `ref` unless this engine can serve it (nothing is loaded)."""
-        from popula.adapters import read_adapter
-        from popula.lora.model import PEFT_PREFIX
-
         label = f"{ref.name} v{ref.version}"
         loaded = read_adapter(Path(ref.path), name=label, base_path=self.base_path, max_rank=self.max_lora_rank,
                               target_modules=self.layout.target_modules, shapes=self.layout.shapes)

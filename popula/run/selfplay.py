@@ -16,14 +16,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from popula.engines.base import AdapterRef, Engine, GenerationRequest, Sample
+from popula.adapters import AdapterRef
+
+from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
+from popula.records import TaskRecord, VerifyResult
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer
 from popula.sandbox import Sandbox
 from popula.tasks.prompts import PromptFormat
-from popula.tasks.records import TaskRecord, VerifyResult
 
 
 @dataclass

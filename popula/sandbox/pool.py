@@ -52,10 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popula.errors import PopulaError
+from popula.records import TaskRecord, VerifyResult
 from popula.sandbox.limits import Limits
 from popula.sandbox.plan import Job, Plan, plan_record
 from popula.sandbox.verdict import RunResult, assemble, checked
-from popula.tasks.records import TaskRecord, VerifyResult
 
 _FRAME = struct.Struct(">I")
 _ZYGOTE = Path(__file__).with_name("zygote.py")
