@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from popula.adapters import CONFIG_FILE, WEIGHTS_FILE, AdapterRef
+from popula.adapters import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
 from popula.config import Config, load_config
 from popula.errors import PopulaError
 from popula.evaluate import EvalReport, EvalSettings, context_limit, evaluate
@@ -66,7 +66,7 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
         if snapshot_dir is not None:
             ref = _snapshot(ref, snapshot_dir)
         info = _adapter_config(ref.path, ref.name)
-        return EvalTarget(str(path), base, engine or cfg.engine, ref, int(info["r"]), _targets(info))
+        return EvalTarget(str(path), base, engine or cfg.engine, ref, int(info["r"]), config_targets(info))
     if path.is_dir() and not (path / "config.json").is_file():
         raise PopulaError(f"{spec}: neither a run directory (no config.yaml) nor a model directory (no config.json)")
     if not path.exists() and spec.startswith(("/", ".", "~")):
@@ -83,7 +83,7 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
         if snapshot_dir is not None:
             ref = _snapshot(ref, snapshot_dir)
         info = _adapter_config(ref.path, ref.name)
-        rank, targets = int(info["r"]), _targets(info)
+        rank, targets = int(info["r"]), config_targets(info)
     return EvalTarget(spec, base, engine or "torch", ref, rank, targets)
 
 
@@ -102,7 +102,7 @@ def run_adapter(run_dir: Path, name: str) -> AdapterRef:
     prunes versions, which must never happen to a run that is still going.
     """
     root = run_dir / "adapters"
-    state_path = root / "store.json"
+    state_path = root / STATE_FILE
     try:
         latest = json.loads(state_path.read_text())["latest"]
     except FileNotFoundError:
@@ -128,20 +128,10 @@ def _snapshot(ref: AdapterRef, directory: Path) -> AdapterRef:
 
 
 def _adapter_config(path: Path, name: str) -> dict[str, Any]:
-    try:
-        info = json.loads((path / CONFIG_FILE).read_text())
-    except FileNotFoundError:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} is missing") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} is not valid JSON ({err})") from None
+    info = read_config(path, name)
     if not isinstance(info, dict) or not isinstance(info.get("r"), int) or info["r"] < 1:
         raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} field r must be a positive integer")
     return info
-
-
-def _targets(info: dict[str, Any]) -> tuple[str, ...]:
-    targets = info.get("target_modules") or ()
-    return (targets,) if isinstance(targets, str) else tuple(sorted(targets))
 
 
 def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = None, engine: str | None = None,

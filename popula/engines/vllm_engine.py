@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from popula.adapters import AdapterRef, base_lora_shapes, meta_model, read_adapter
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
-from popula.lora.model import FORBIDDEN_TARGETS, PEFT_PREFIX
+from popula.lora import parse_peft_key
+from popula.lora.model import FORBIDDEN_TARGETS
 
 if TYPE_CHECKING:
     import torch
@@ -225,7 +226,7 @@ class VLLMEngine:
         loaded = read_adapter(Path(ref.path), name=label, base_path=self.base_path, max_rank=self.max_lora_rank,
                               target_modules=self.layout.target_modules, shapes=self.layout.shapes)
         for key in loaded.state_dict:
-            module = key.removeprefix(PEFT_PREFIX).rsplit(".lora_", 1)[0]
+            module, _ = parse_peft_key(key)  # read_adapter has refused any other tensor
             if module not in self.layout.shapes:
                 raise PopulaError(f"adapter {label!r} ({ref.path}): tensor {key} is for module {module!r}, "
                                   f"which this base does not have (an adapter for another base?)")

@@ -34,6 +34,19 @@ def peft_key(module_path: str, which: str) -> str:
     return f"{PEFT_PREFIX}{module_path}.lora_{which}.weight"
 
 
+def parse_peft_key(key: str) -> tuple[str, str] | None:
+    """(module path, "A" or "B") of a LoRA weight key as PEFT saves it; None for any other tensor.
+
+    The inverse of `peft_key`; a key without PEFT's prefix keeps its whole path (callers that
+    need the prefix check `key.startswith(PEFT_PREFIX)`).
+    """
+    for which in ("A", "B"):
+        suffix = f".lora_{which}.weight"
+        if key.endswith(suffix):
+            return key[: -len(suffix)].removeprefix(PEFT_PREFIX), which
+    return None
+
+
 def find_target_linears(model: nn.Module, target_modules: Sequence[str]) -> dict[str, nn.Linear]:
     """Module path -> Linear for every Linear whose last name component is a target."""
     bad = sorted(set(target_modules) & set(FORBIDDEN_TARGETS))
@@ -218,9 +231,10 @@ class MultiLoRAModel(nn.Module):
                    ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], int]:
         by_path: dict[str, dict[str, torch.Tensor]] = {}
         for key, tensor in state_dict.items():
-            if not (key.startswith(PEFT_PREFIX) and key.endswith((".lora_A.weight", ".lora_B.weight"))):
+            parsed = parse_peft_key(key)
+            if parsed is None or not key.startswith(PEFT_PREFIX):
                 raise PopulaError(f"{source}: unexpected tensor {key!r} (only lora_A/lora_B weights are served)")
-            path, which = key[len(PEFT_PREFIX):-len(".lora_A.weight")], key[-len("A.weight")]
+            path, which = parsed
             by_path.setdefault(path, {})[which] = tensor
         unknown = sorted(set(by_path) - set(self.lora_layers))
         if unknown:
