@@ -32,11 +32,8 @@ machine of one's own.
 
     python3 benchmarks/population_overhead.py [--rounds 3] [--proposals 1] [--rollouts 4] [--threads 1]
 
-Measured here (shared 2-core machine, --rounds 3 --threads 1, 60 rollouts per step), two
-runs: overhead 1.06 and 0.42 (wall medians; the second run's single-agent rounds were
-disturbed), overhead_cpu 1.07 and 0.92, update phase CPU 1.13 and 0.93, generation CPU
-1.01 and 0.90. Wall-clock medians swing with the machine's load, so read the CPU figures
-first, and compare runs, not single rounds.
+Wall-clock medians swing with the machine's load, so read the CPU figures first, and
+compare runs, not single rounds (figures: docs/results/design-figures.md § Population overhead).
 
 Last line: {"step_s_single", "step_s_population", "overhead", "generate_s_*", "verify_s_*",
 "update_s_*", "overhead_update", ...}

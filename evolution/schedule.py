@@ -23,7 +23,7 @@ Rules (all seeded from ``(config.seed, step, role)``, so a resumed run plans the
   use the ratings' order, so they do not care that TrueSkill's scale drifts.
 - The operator is drawn from ``operator_mix`` (weights need not sum to 1); when a role
   has a single survivor, crossovers are left out of the draw.
-- The child gets a new name (DESIGN pitfall: never reuse an adapter's name for new
+- The child gets a new name (docs/design.md § Pitfalls: never reuse an adapter's name for new
   weights): ``<slot>-s<step>``, where slot is the replaced member's name without an
   earlier ``-s<N>`` suffix.
 - Optimiser state: ``reset`` (default) starts the child's optimiser fresh; ``inherit``

@@ -1,6 +1,6 @@
 """Rewards: the one place where verifier outcomes become numbers for the learner.
 
-Teacher reward (PopuLoRA, DESIGN 1) for one proposed task p with student solve rate rho:
+Teacher reward (PopuLoRA, docs/design.md § What the sources say) for one proposed task p with student solve rate rho:
 
     -1          p fails to parse, execute, or is nondeterministic (also: a proposal the
                 teacher wrote so badly that no task could be read out of it)

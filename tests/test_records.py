@@ -1,4 +1,4 @@
-"""Task records (DESIGN 3.2): reading, validation errors that name file, line and field."""
+"""Task records (docs/design.md § Task records): reading, validation errors that name file, line and field."""
 
 from __future__ import annotations
 

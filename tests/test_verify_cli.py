@@ -1,4 +1,4 @@
-"""`popula verify TASKS.jsonl [--out FILE] [--workers N]` (DESIGN 3.1, 3.2)."""
+"""`popula verify TASKS.jsonl [--out FILE] [--workers N]` (docs/design.md § Commands, § Task records)."""
 
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 
 Why versions and uids: engines cache adapters by id (vLLM never reloads an id it holds), so
 each saved version gets a new directory and a new `uid` from a counter persisted on disk
-(DESIGN 5). Only the latest version of each adapter is kept: saving a new one deletes the
+(docs/design.md § Pitfalls). Only the latest version of each adapter is kept: saving a new one deletes the
 one before, so disk use stays bounded.
 
 Layout under `root_dir`:
     store.json                          next uid + latest version of every adapter
-    NAME/adapter_config.json            the latest version (hard links), as DESIGN 3.3 promises
+    NAME/adapter_config.json            the latest version (hard links), as docs/design.md § Run directory promises
     NAME/adapter_model.safetensors
     NAME/v000003/adapter_config.json    one directory per live version; AdapterRef.path
     NAME/v000003/adapter_model.safetensors

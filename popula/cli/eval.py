@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("target", metavar="RUN_DIR|MODEL", help="a run directory, `tiny`, a model directory or an HF id")
-    parser.add_argument("--tasks", required=True, metavar="FILE.jsonl", help="task records (DESIGN 3.2), one per line")
+    parser.add_argument("--tasks", required=True, metavar="FILE.jsonl",
+                        help="task records (docs/design.md § Task records), one per line")
     parser.add_argument("--adapter", metavar="NAME",
                         help="adapter or league member of the run (default: best student); with a MODEL, a PEFT directory")
     parser.add_argument("--samples", type=int, default=1, metavar="K", help="answers per task (default: 1)")

@@ -1,6 +1,6 @@
 """`popula verify TASKS.jsonl [--out FILE] [--workers N]`: validate tasks, judge answers.
 
-Writes one DESIGN 3.2 result line per record, in input order, to stdout or --out, and a
+Writes one result line (docs/design.md § Task records) per record, in input order, to stdout or --out, and a
 summary line to stderr (valid n/N, correct n/M, tasks/s). A progress bar (stderr)
 appears for files big enough to wait on.
 """

@@ -2,7 +2,7 @@
 
 Every engine serves one frozen base and many adapters at once. A request names the
 adapter *version* it must use; engines never key anything by adapter name alone, so a
-new version can never be served with an old version's weights (DESIGN 5).
+new version can never be served with an old version's weights (docs/design.md § Pitfalls).
 """
 
 from __future__ import annotations

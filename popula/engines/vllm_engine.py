@@ -1,6 +1,6 @@
 """The vLLM engine: one `LLM` serves the frozen base and the whole population of adapters.
 
-Why it looks like this (DESIGN 5, and vLLM 0.32's own rules, checked in its source):
+Why it looks like this (docs/design.md § Pitfalls, and vLLM 0.32's own rules, checked in its source):
 - One `LLM(enable_lora=True)` for the run; every generation phase is ONE `llm.generate`
   call with a `LoRARequest` per request, so vLLM batches all adapters together.
 - The LoRA id is `AdapterRef.uid` and the LoRA name is `NAME@vVERSION#UID`. vLLM never

@@ -21,7 +21,7 @@ from popula.lora.layer import MultiLoRALinear, SiblingGroup, SlotRouting, peft_i
 DEFAULT_TARGET_MODULES: tuple[str, ...] = (
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
 )
-# LoRA on these breaks vLLM's log-prob paths or the tied embeddings (DESIGN 5).
+# LoRA on these breaks vLLM's log-prob paths or the tied embeddings (docs/design.md § Pitfalls).
 FORBIDDEN_TARGETS: tuple[str, ...] = ("lm_head", "embed_tokens", "wte", "embed_out")
 PEFT_PREFIX = "base_model.model."
 # Projections Llama-family models call on one and the same input tensor (fused for LoRA).

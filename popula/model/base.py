@@ -101,7 +101,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     if progress:
         print(f"popula pretrain: training {n_params / 1e6:.2f}M parameters for {recipe.train_steps} steps on "
               f"{torch.get_num_threads()} threads ({precision})")
-    # compiling costs ~25 s up front and pays back only on builds of minutes
+    # compiling costs tens of seconds up front and pays back only on builds of minutes
     time_limit = None if max_minutes is None else max(0.0, max_minutes * 60 - (time.monotonic() - start))
     stats = train(model, batches, steps=recipe.train_steps, lr=recipe.lr, time_limit=time_limit, progress=progress,
                   compile=recipe.train_steps >= 1000, bf16=bf16)

@@ -1,12 +1,12 @@
 """`popula run`: a whole population self-play run on one machine, resumable.
 
-Data flow of one step (DESIGN 1 and 2):
+Data flow of one step (docs/design.md § What the sources say, § Architecture):
 
     league.match ─► SelfPlay.play (engine + sandbox) ─► learner.step ─► store.save
          ▲                                                                  │
          └──── league.record_match / end_step ◄── evolution every K steps ◄─┘
 
-and what it writes (DESIGN 3.3): config.yaml, metrics.jsonl, league.json, adapters/,
+and what it writes (docs/design.md § Run directory): config.yaml, metrics.jsonl, league.json, adapters/,
 tasks.jsonl, checkpoints/. Everything a resume needs is in the newest checkpoint;
 files outside it (metrics, task log) are cut back to the checkpoint's step on resume.
 """
