@@ -4,10 +4,10 @@ that exist (`docs/design.md § Task records`); figures cited from docs/results t
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("popula", "evolution", "benchmarks", "scripts", "tests", "docs")
 CITATION = re.compile(r"(docs/[\w/.-]+\.md)([^\n]*)")
 
 
@@ -16,8 +16,11 @@ def _headings(doc: Path) -> set[str]:
 
 
 def _tracked_text_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return [ROOT / name for name in listed.stdout.split() if (ROOT / name).is_file()]
+    """The project's code and prose: top-level Markdown and every .py / .md of its folders."""
+    files = sorted(ROOT.glob("*.md"))
+    for folder in SOURCES:
+        files += sorted(p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".md") and p.is_file())
+    return files
 
 
 def _citations() -> list[tuple[str, str, str]]:
