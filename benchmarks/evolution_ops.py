@@ -10,8 +10,9 @@ Issue 7 requires every operator under 500 ms per child.
 
 Threads: the operators' work is hundreds of small per-module products and r x r
 decompositions, which gain little from intra-op threads; on a 2-core machine shared
-with other jobs, OpenMP threads that spin-wait for a busy core made children 5-20x
-slower (measured at load 12). So the default is 1 thread; `--threads N` measures others.
+with other jobs, OpenMP threads that spin-wait for a busy core made children several
+times slower (docs/results/design-figures.md § Evolution operators and threads). So the default is 1 thread;
+`--threads N` measures others.
 
     python3 benchmarks/evolution_ops.py [--repeats N] [--threads T]
 

@@ -35,13 +35,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.evaluate import best_student  # noqa: E402
+from popula.eval_target import best_student  # noqa: E402
 from popula.league import League  # noqa: E402
+from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
-from popula.tasks.records import write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {"population": ROOT / "configs" / "tiny-cpu.yaml", "single": ROOT / "configs" / "single-agent.yaml"}
@@ -146,8 +148,6 @@ def _complete(path: Path) -> bool:
 
 
 def _base_model(run_dir: Path) -> str:
-    import yaml
-
     return str(yaml.safe_load((run_dir / "config.yaml").read_text())["base_model"])
 
 

@@ -32,11 +32,8 @@ machine of one's own.
 
     python3 benchmarks/population_overhead.py [--rounds 3] [--proposals 1] [--rollouts 4] [--threads 1]
 
-Measured here (shared 2-core machine, --rounds 3 --threads 1, 60 rollouts per step), two
-runs: overhead 1.06 and 0.42 (wall medians; the second run's single-agent rounds were
-disturbed), overhead_cpu 1.07 and 0.92, update phase CPU 1.13 and 0.93, generation CPU
-1.01 and 0.90. Wall-clock medians swing with the machine's load, so read the CPU figures
-first, and compare runs, not single rounds.
+Wall-clock medians swing with the machine's load, so read the CPU figures first, and
+compare runs, not single rounds (figures: docs/results/design-figures.md § Population overhead).
 
 Last line: {"step_s_single", "step_s_population", "overhead", "generate_s_*", "verify_s_*",
 "update_s_*", "overhead_update", ...}
@@ -62,9 +59,9 @@ from popula.adapters import AdapterStore
 from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.learner import PopulationLearner, Rollout
+from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.workers import build_engine, build_learner
 from popula.runtime import Runtime
-from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import CompactFormat, stop_token_ids
@@ -229,13 +226,7 @@ def add_step_options(ap: argparse.ArgumentParser) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_step_options(ap)
-    ap.add_argument("--ray", action="store_true",
-                    help="add the population on a local Ray cluster (benchmarks/ray_overhead.py): step_s_ray, ray_overhead")
     args = ap.parse_args()
-    if args.ray:
-        from ray_overhead import main as ray_main
-
-        return ray_main([a for a in sys.argv[1:] if a != "--ray"])
     torch.set_num_threads(args.threads)
 
     from transformers import AutoTokenizer

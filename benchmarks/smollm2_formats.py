@@ -31,12 +31,12 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
 
 from popula.evaluate import encode_prompt, pass_at_k  # noqa: E402
+from popula.records import TASK_TYPES, TaskRecord, parse_record  # noqa: E402
 from popula.tasks.prompts import prompt_format, stop_token_ids  # noqa: E402
-from popula.tasks.records import TASK_TYPES, TaskRecord, parse_record  # noqa: E402
 
 
 def load_tasks(path: str) -> list[TaskRecord]:
-    from popula.tasks.records import read_records
+    from popula.records import read_records
 
     return read_records(path)
 

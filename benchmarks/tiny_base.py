@@ -30,10 +30,10 @@ configure_waits()  # before torch loads
 import torch  # noqa: E402
 
 from popula.model.base import load_base  # noqa: E402
+from popula.records import TASK_TYPES, TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 from popula.tasks.prompts import K_REFERENCES, prompt_format, stop_token_ids  # noqa: E402
-from popula.tasks.records import TASK_TYPES, TaskRecord  # noqa: E402
 
 
 def sample(model, tokenizer, prompts: list[str], *, temperature: float, max_new_tokens: int, batch: int = 32) -> list[str]:

@@ -15,7 +15,7 @@ bare fork per run from a warm parent (the two designs this one improves on).
 Timings on a shared machine are noisy: the table shows every repeat, the median is the
 headline, and `cpu_capacity_tasks_per_s` (tasks per CPU-second of the whole verifier,
 pool process + workers + children, times the worker count) says what the design would
-do on otherwise idle cores. The last line is one JSON object (DESIGN 3.5).
+do on otherwise idle cores. The last line is one JSON object (docs/design.md § Benchmarks).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Limits, Sandbox, policy  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
-from popula.tasks.records import TaskRecord  # noqa: E402
 
 REALWORLD = Path(__file__).resolve().parent.parent / "tests" / "data" / "sandbox" / "realworld.jsonl"
 

@@ -5,8 +5,9 @@ This package depends on torch and safetensors only; it imports nothing from `pop
 - Operators (`OPERATORS`, `get_operator(name).apply(parents, strength, seed)`): pure
   functions from parent state dicts (PEFT keys) to a child state dict; see mutations.py,
   crossovers.py, and lowrank.py for the algebra (never a full-size SVD).
-- Schedule (`EvolutionConfig`, `plan_replacements`, `make_child`, `inherit_rating`):
-  whom to replace, from which parents, with which operator; the run loop applies it.
+- Schedule (`EvolutionConfig`, `plan_replacements`, `make_child`): a plan of whom to
+  replace, from which parents, with which operator, ranked by the scores the caller
+  passes; the caller carries it out (in popula, the league keeps lineage and ratings).
 - Retention (`measure_retention`): how much of the parents' reward a child keeps and how
   fast it recovers under the caller's update step.
 """
@@ -27,11 +28,8 @@ from evolution.retention import RetentionResult, format_retention_table, measure
 from evolution.schedule import (
     DEFAULT_MIX,
     EvolutionConfig,
-    LineageRecord,
     Replacement,
     child_name,
-    conservative,
-    inherit_rating,
     make_child,
     plan_replacements,
 )
@@ -41,19 +39,16 @@ __all__ = [
     "OPERATORS",
     "EvolutionConfig",
     "EvolutionError",
-    "LineageRecord",
     "LoraModule",
     "OperatorSpec",
     "Replacement",
     "RetentionResult",
     "child_name",
-    "conservative",
     "delta_distance",
     "delta_norm",
     "format_retention_table",
     "get_operator",
     "group_modules",
-    "inherit_rating",
     "load_lora",
     "lora_modules",
     "make_child",

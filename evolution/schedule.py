@@ -1,31 +1,31 @@
 """When to evolve, whom to replace, whom to breed from, and with which operator.
 
-Pure planning: `plan_replacements` reads ratings and a config and returns what to do;
-the caller (the run loop) makes the children with `make_child`, swaps them into the
-adapter set, the league and the optimiser state, and records the lineage. No tensors and
-no trainer imports here, so the plan is easy to test and to log before acting on it.
+Pure planning: `plan_replacements` reads each member's rank score and a config and
+returns what to do; the caller makes the children with `make_child` and carries the plan
+out: it swaps them into the adapter set and the optimiser state, and its league records
+the lineage and gives each child its starting rating. Ratings, lineage and priors are the
+league's: this module only orders members by the score it is handed. No tensors and no
+trainer imports here, so the plan is easy to test and to log before acting on it.
 
 Rules (all seeded from ``(config.seed, step, role)``, so a resumed run plans the same):
 - Every ``every`` steps (step > 0), in each role, the ``replace_bottom`` *ready* members
-  with the lowest conservative rating ``mu - 3 sigma`` are replaced (ties: by name).
+  with the lowest score are replaced (ties: by name). The run passes the league's
+  conservative rating ``mu - 3 sigma`` as the score.
   Ready, as in population-based training: trained at least ``min_age`` steps since its
   birth (the caller passes ages). Without this rule a newborn child, whose rating has
   not yet caught up with its weights, is the easiest victim and is replaced before it
   has trained at all; the population then churns one slot forever.
 - Parents come from the survivors only. ``selection="tournament"``: draw
-  ``tournament_size`` distinct survivors uniformly, keep the best conservative rating;
+  ``tournament_size`` distinct survivors uniformly, keep the best score;
   a crossover runs two tournaments, the second without the first winner.
   ``selection="weighted"``: draw with probability proportional to
-  ``exp((conservative - best) / temperature)``. Tournaments are the default: they only
+  ``exp((score - best) / temperature)``. Tournaments are the default: they only
   use the ratings' order, so they do not care that TrueSkill's scale drifts.
 - The operator is drawn from ``operator_mix`` (weights need not sum to 1); when a role
   has a single survivor, crossovers are left out of the draw.
-- The child gets a new name (DESIGN pitfall: never reuse an adapter's name for new
+- The child gets a new name (docs/design.md § Pitfalls: never reuse an adapter's name for new
   weights): ``<slot>-s<step>``, where slot is the replaced member's name without an
   earlier ``-s<N>`` suffix.
-- The child's rating: mean of its parents' mu, their mean sigma times ``sigma_widen``
-  (capped at ``sigma_cap`` if given), so it re-enters near its parents but is quickly
-  corrected by its own matches.
 - Optimiser state: ``reset`` (default) starts the child's optimiser fresh; ``inherit``
   asks the caller to copy the first parent's (`Replacement.inherit_optimizer_from`).
   Inheriting only makes sense where the child keeps that parent's factor basis
@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -47,9 +47,6 @@ import torch
 from evolution.errors import EvolutionError
 from evolution.lora import StateDict
 from evolution.registry import OPERATORS, get_operator
-
-Rating = tuple[float, float]
-"""(mu, sigma) as TrueSkill keeps them."""
 
 DEFAULT_MIX: dict[str, float] = {
     "gaussian": 1.0,
@@ -77,8 +74,6 @@ class EvolutionConfig:
     temperature: float = 1.0
     operator_mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     strengths: Mapping[str, float] = field(default_factory=dict)
-    sigma_widen: float = 1.5
-    sigma_cap: float | None = None
     optimizer_state: Literal["reset", "inherit"] = "reset"
     min_age: int = 0
     seed: int = 0
@@ -100,8 +95,6 @@ class EvolutionConfig:
             raise EvolutionError(
                 f"evolution.optimizer_state must be 'reset' or 'inherit', got {self.optimizer_state!r}"
             )
-        if not self.sigma_widen >= 1:
-            raise EvolutionError(f"evolution.sigma_widen must be >= 1, got {self.sigma_widen}")
         for name in [*self.operator_mix, *self.strengths]:
             get_operator(name)
         if any(not w >= 0 for w in self.operator_mix.values()) or not sum(self.operator_mix.values()) > 0:
@@ -119,30 +112,6 @@ class EvolutionConfig:
 
 
 @dataclass(frozen=True)
-class LineageRecord:
-    """Where a member came from, as the league and leaderboard keep it."""
-
-    child: str
-    parents: tuple[str, ...]
-    operator: str
-    step: int
-    strength: float
-    seed: int
-    role: str
-    replaced: str
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "parents": list(self.parents)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> LineageRecord:
-        try:
-            return cls(**{**data, "parents": tuple(data["parents"])})
-        except (KeyError, TypeError) as exc:
-            raise EvolutionError(f"lineage record {dict(data)!r} is malformed: {exc}") from None
-
-
-@dataclass(frozen=True)
 class Replacement:
     """One planned replacement: ``old`` leaves, ``child`` (made from ``parents``) enters."""
 
@@ -154,7 +123,6 @@ class Replacement:
     strength: float
     seed: int
     step: int
-    child_rating: Rating
     optimizer_state: Literal["reset", "inherit"]
 
     @property
@@ -162,28 +130,9 @@ class Replacement:
         """The member whose optimiser state the child starts from; None for a fresh one."""
         return self.parents[0] if self.optimizer_state == "inherit" else None
 
-    def lineage(self) -> LineageRecord:
-        return LineageRecord(
-            self.child, self.parents, self.operator, self.step, self.strength, self.seed, self.role, self.old
-        )
-
     def to_dict(self) -> dict:
         """JSON-ready form (for metrics.jsonl's ``evolved`` list)."""
-        return {**asdict(self), "parents": list(self.parents), "child_rating": list(self.child_rating)}
-
-
-def conservative(rating: Rating) -> float:
-    """TrueSkill's conservative estimate mu - 3 sigma."""
-    return rating[0] - 3 * rating[1]
-
-
-def inherit_rating(parents: Sequence[Rating], sigma_widen: float = 1.5, sigma_cap: float | None = None) -> Rating:
-    """A child's starting rating: mean parent mu, mean parent sigma widened (and capped)."""
-    if not parents:
-        raise EvolutionError("a child needs at least one parent rating")
-    mu = sum(p[0] for p in parents) / len(parents)
-    sigma = sigma_widen * sum(p[1] for p in parents) / len(parents)
-    return mu, (min(sigma, sigma_cap) if sigma_cap is not None else sigma)
+        return {**asdict(self), "parents": list(self.parents)}
 
 
 def child_name(old: str, step: int) -> str:
@@ -192,12 +141,13 @@ def child_name(old: str, step: int) -> str:
 
 
 def plan_replacements(
-    step: int, ratings: Mapping[str, Mapping[str, Rating]], config: EvolutionConfig,
+    step: int, scores: Mapping[str, Mapping[str, float]], config: EvolutionConfig,
     ages: Mapping[str, int] | None = None,
 ) -> list[Replacement]:
     """The replacements to make at ``step``; empty when it is not an evolution step.
 
-    ``ratings`` maps role (e.g. "teacher", "student") to {member name: (mu, sigma)};
+    ``scores`` maps role (e.g. "teacher", "student") to {member name: rank score, higher
+    is better} (the run passes the league's conservative rating, ``Member.conservative``);
     ``ages`` maps member name to steps trained since birth (None: everyone is ready).
     Only members with age >= ``config.min_age`` can be replaced; when fewer are ready than
     ``replace_bottom``, fewer are replaced.
@@ -205,8 +155,8 @@ def plan_replacements(
     if not config.due(step) or config.replace_bottom == 0:
         return []
     plan = []
-    for role in sorted(ratings):
-        members = ratings[role]
+    for role in sorted(scores):
+        members = scores[role]
         if len(members) <= config.replace_bottom:
             raise EvolutionError(
                 f"role {role!r} has {len(members)} members; replacing the bottom "
@@ -214,7 +164,7 @@ def plan_replacements(
             )
         rng = random.Random(f"evolution:{config.seed}:{step}:{role}")
         ready = [n for n in members if ages is None or ages.get(n, 0) >= config.min_age]
-        order = sorted(ready, key=lambda name: (conservative(members[name]), name))
+        order = sorted(ready, key=lambda name: (members[name], name))
         victims = order[: config.replace_bottom]
         survivors = [n for n in members if n not in victims]
         for old in victims:
@@ -230,7 +180,6 @@ def plan_replacements(
                     strength=config.strength(operator),
                     seed=rng.getrandbits(63),
                     step=step,
-                    child_rating=inherit_rating([members[p] for p in parents], config.sigma_widen, config.sigma_cap),
                     optimizer_state=config.optimizer_state,
                 )
             )
@@ -256,15 +205,15 @@ def _draw_operator(rng: random.Random, config: EvolutionConfig, n_survivors: int
     return rng.choices(names, weights=[config.operator_mix[n] for n in names])[0]
 
 
-def _select(rng: random.Random, pool: Mapping[str, Rating], count: int, config: EvolutionConfig) -> tuple[str, ...]:
+def _select(rng: random.Random, pool: Mapping[str, float], count: int, config: EvolutionConfig) -> tuple[str, ...]:
     chosen: list[str] = []
     for _ in range(count):
         names = sorted(n for n in pool if n not in chosen)
         if config.selection == "tournament":
             entrants = rng.sample(names, min(config.tournament_size, len(names)))
-            chosen.append(max(entrants, key=lambda n: (conservative(pool[n]), n)))
+            chosen.append(max(entrants, key=lambda n: (pool[n], n)))
         else:
-            best = max(conservative(pool[n]) for n in names)
-            weights = [math.exp((conservative(pool[n]) - best) / config.temperature) for n in names]
+            best = max(pool[n] for n in names)
+            weights = [math.exp((pool[n] - best) / config.temperature) for n in names]
             chosen.append(rng.choices(names, weights=weights)[0])
     return tuple(chosen)

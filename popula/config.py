@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from popula.errors import PopulaError
 from popula.league.schema import LeagueConfig
+from popula.runtime import DEVICE_PATTERN, resolve_runtime
 
 
 class _Section(BaseModel):
@@ -131,6 +132,7 @@ class EvolutionSection(_Section):
 
     def build(self, seed: int):
         """The evolution package's own config (which checks operator names)."""
+        # deferred: evolution loads torch, and the CLI imports this module before it may (popula.openmp)
         from evolution import DEFAULT_MIX, EvolutionConfig, EvolutionError
 
         try:
@@ -195,8 +197,6 @@ class RuntimeSection(_Section):
 
     @model_validator(mode="after")
     def _device_name(self) -> "RuntimeSection":
-        from popula.runtime import DEVICE_PATTERN
-
         if not DEVICE_PATTERN.match(self.device):
             raise ValueError(f"device {self.device!r} is not one of auto, cpu, cuda, cuda:N")
         return self
@@ -233,8 +233,6 @@ class Config(_Section):
     def resolved(self) -> "Config":
         """This config with `runtime.device` / `runtime.dtype` as they resolve on this machine
         (PopulaError, before any model is loaded, when e.g. cuda is asked for and absent)."""
-        from popula.runtime import resolve_runtime
-
         rt = resolve_runtime(self.runtime.device, self.runtime.dtype)
         return self.model_copy(update={"runtime": self.runtime.model_copy(update={"device": rt.device,
                                                                                   "dtype": rt.dtype})})

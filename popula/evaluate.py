@@ -12,8 +12,9 @@ The pieces are separate so each can be used (and tested) alone:
 - `summarize`: per-task counts -> pass@1 and pass@k per task type and overall.
 - `evaluate`: the whole loop on an engine that is already loaded (what the run loop and
   benchmarks/learning.py call, sharing their engine and sandbox).
-- `resolve_target` + `evaluate_target`: what `popula eval RUN_DIR|MODEL` needs on top:
-  which base, engine and adapter a run directory or a model spec means.
+- `popula.eval_target` (`resolve_target`, `evaluate_target`): what `popula eval
+  RUN_DIR|MODEL` needs on top: which base, engine and adapter a run directory or a model
+  spec means. It sits above the run's builders; this module sits below the run loop.
 
 Sampling defaults: one sample is decoded greedily (temperature 0), so pass@1 is a
 deterministic property of the weights; several samples use temperature 0.8, the value
@@ -24,19 +25,18 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import tempfile
 import time
 from collections import Counter
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from popula.engines.base import AdapterRef, Engine, GenerationRequest
+from popula.adapters import AdapterRef
+
+from popula.engines.base import Engine, GenerationRequest
 from popula.errors import PopulaError
-from popula.run.rundir import member_adapter
-from popula.tasks.records import TASK_TYPES, TaskRecord
+from popula.records import TASK_TYPES, TaskRecord
+from popula.tasks.prompts import prompt_format, stop_token_ids
 
 GREEDY_TEMPERATURE = 0.0  # default for one sample per task
 SAMPLING_TEMPERATURE = 0.8  # default for several samples per task
@@ -252,8 +252,6 @@ def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, a
     as a failure. `progress`
     shows the engine's tqdm bar. The engine and sandbox are the caller's: nothing is closed.
     """
-    from popula.tasks.prompts import prompt_format, stop_token_ids
-
     start = time.perf_counter()
     context = context if context is not None else engine_context(engine)
     fmt = prompt_format(tokenizer)
@@ -293,173 +291,6 @@ def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, a
                       max_tokens=max_tokens, tasks_file=tasks_file, tasks_in_file=len(records),
                       skipped=dict(sorted(skipped.items())), not_attempted=not_attempted, overall=overall,
                       by_type=by_type, wall_s=round(time.perf_counter() - start, 3), per_task=scores)
-
-
-# ---------------------------------------------------------------------------------------------
-# What `popula eval RUN_DIR|MODEL` means
-
-
-@dataclass
-class EvalTarget:
-    """A base model, the engine to serve it, and the adapter to evaluate (None: the bare base)."""
-
-    label: str  # what the report calls the model: the run dir or the model spec
-    base_path: Path | str
-    engine: str
-    adapter: AdapterRef | None
-    rank: int  # the adapter's LoRA rank (1 for the bare base)
-    target_modules: tuple[str, ...] | None  # the adapter's target modules (None: bare base)
-
-
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (path / "config.yaml").is_file()
-
-
-def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None = None,
-                   snapshot_dir: Path | None = None) -> EvalTarget:
-    """Read RUN_DIR|MODEL (and --adapter) into an EvalTarget; PopulaError names what is missing.
-
-    A run directory (has config.yaml) uses its config's base model and engine; its adapter
-    is `adapter` (an adapter name, or a league member name) or else the best student by
-    conservative TrueSkill rating in league.json. Anything else is a model spec (`tiny`, a
-    model directory, a Hugging Face id), with `adapter` optionally a PEFT directory.
-
-    The adapter's files are copied into `snapshot_dir` (when given) first, so a run that
-    saves a newer version meanwhile cannot change or delete what is being evaluated.
-    """
-    from popula.model.base import resolve_base_model
-
-    path = Path(spec).expanduser()
-    if is_run_dir(path):
-        from popula.config import load_config
-
-        cfg = load_config(path / "config.yaml")
-        base = resolve_base_model(cfg.base_model)
-        name = adapter if adapter is not None else best_student(path)
-        ref = run_adapter(path, name)
-        if snapshot_dir is not None:
-            ref = _snapshot(ref, snapshot_dir)
-        info = _adapter_config(ref.path, ref.name)
-        return EvalTarget(str(path), base, engine or cfg.engine, ref, int(info["r"]), _targets(info))
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise PopulaError(f"{spec}: neither a run directory (no config.yaml) nor a model directory (no config.json)")
-    if not path.exists() and spec.startswith(("/", ".", "~")):
-        raise PopulaError(f"{spec}: no such run directory or model directory")
-    base = resolve_base_model(spec)
-    ref = None
-    rank, targets = 1, None
-    if adapter is not None:
-        adapter_path = Path(adapter).expanduser()
-        if not adapter_path.is_dir():
-            raise PopulaError(f"--adapter {adapter}: with a model (not a run directory) the adapter must be a "
-                              "PEFT directory, and this one does not exist")
-        ref = AdapterRef(name=adapter_path.name, version=0, uid=1, path=adapter_path)
-        if snapshot_dir is not None:
-            ref = _snapshot(ref, snapshot_dir)
-        info = _adapter_config(ref.path, ref.name)
-        rank, targets = int(info["r"]), _targets(info)
-    return EvalTarget(spec, base, engine or "torch", ref, rank, targets)
-
-
-def best_student(run_dir: Path) -> str:
-    """The live student with the best conservative rating (mu - 3 sigma) in RUN_DIR/league.json."""
-    from popula.league import League
-
-    ranked = League.load(run_dir / "league.json").ranked("student")
-    if not ranked:
-        raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
-    return ranked[0].name
-
-
-def run_adapter(run_dir: Path, name: str) -> AdapterRef:
-    """The latest version of adapter `name` (or of league member `name`'s adapter) in a run dir.
-
-    Read from RUN_DIR/adapters/store.json without opening an AdapterStore: opening one
-    prunes versions, which must never happen to a run that is still going.
-    """
-    root = run_dir / "adapters"
-    state_path = root / "store.json"
-    try:
-        latest = json.loads(state_path.read_text())["latest"]
-    except FileNotFoundError:
-        raise PopulaError(f"{state_path}: no adapter store in this run directory") from None
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise PopulaError(f"{state_path}: unreadable adapter store state ({err!r})") from None
-    adapter = name if name in latest else member_adapter(run_dir, name)
-    if adapter not in latest:
-        raise PopulaError(f"--adapter {name}: no such adapter in {root} (known: {', '.join(sorted(latest)) or 'none'})")
-    entry = latest[adapter]
-    return AdapterRef(name=adapter, version=int(entry["version"]), uid=int(entry["uid"]), path=root / adapter)
-
-
-def _snapshot(ref: AdapterRef, directory: Path) -> AdapterRef:
-    from popula.adapters import CONFIG_FILE, WEIGHTS_FILE
-
-    target = directory / f"{ref.name}-v{ref.version}"
-    target.mkdir(parents=True, exist_ok=True)
-    for fname in (CONFIG_FILE, WEIGHTS_FILE):
-        try:
-            shutil.copyfile(ref.path / fname, target / fname)
-        except FileNotFoundError:
-            raise PopulaError(f"adapter {ref.name!r} ({ref.path}): {fname} is missing") from None
-    return AdapterRef(ref.name, ref.version, ref.uid, target)
-
-
-def _adapter_config(path: Path, name: str) -> dict[str, Any]:
-    from popula.adapters import CONFIG_FILE
-
-    try:
-        info = json.loads((path / CONFIG_FILE).read_text())
-    except FileNotFoundError:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} is missing") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} is not valid JSON ({err})") from None
-    if not isinstance(info, dict) or not isinstance(info.get("r"), int) or info["r"] < 1:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} field r must be a positive integer")
-    return info
-
-
-def _targets(info: dict[str, Any]) -> tuple[str, ...]:
-    targets = info.get("target_modules") or ()
-    return (targets,) if isinstance(targets, str) else tuple(sorted(targets))
-
-
-def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = None, engine: str | None = None,
-                    settings: EvalSettings = EvalSettings(), workers: int = 2,
-                    progress: bool = False, log: Callable[[str], None] | None = None) -> EvalReport:
-    """`popula eval` as a function: resolve RUN_DIR|MODEL, load the engine, evaluate, clean up.
-
-    `settings.max_tokens` None means 128 for the tiny base's compact prompts and 1024 for
-    instruction-tuned models, which reason first -- for a run's adapter as for a bare base,
-    so that the two are scored under the same settings.
-    """
-    from transformers import AutoTokenizer
-
-    from popula.config import Config, load_config
-    from popula.run.workers import build_engine, build_sandbox, runtime_of
-    from popula.tasks.records import read_records
-
-    if workers < 1:
-        raise PopulaError(f"--workers must be at least 1, got {workers}")
-    records = read_records(tasks_path)
-    with ExitStack() as stack:
-        snapshots = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="popula-eval-")))
-        target = resolve_target(spec, adapter=adapter, engine=engine, snapshot_dir=snapshots)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(target.base_path))
-        except (OSError, ValueError) as err:
-            raise PopulaError(f"base model {target.base_path}: cannot load its tokenizer ({err})") from None
-        context = context_limit(target.base_path)
-        # A run is evaluated on its own config's runtime; a bare model on the defaults (auto).
-        cfg = load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser()) else Config()
-        eng = build_engine(cfg, target.base_path, runtime_of(cfg), kind=target.engine, max_adapters=1,
-                           max_rank=target.rank, target_modules=target.target_modules or None,
-                           max_model_len=context if target.engine == "vllm" else None, seed=0)
-        stack.callback(eng.close)
-        sandbox = stack.enter_context(build_sandbox(cfg, workers))
-        return evaluate(eng, tokenizer, records, adapter=target.adapter, sandbox=sandbox, settings=settings,
-                        context=context, progress=progress, model=target.label, engine_name=target.engine,
-                        tasks_file=str(tasks_path), log=log)
 
 
 def format_report(report: EvalReport) -> str:

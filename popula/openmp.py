@@ -2,18 +2,11 @@
 
 Between two parallel regions an idle OpenMP thread either spins (fast to wake, burns its
 core) or sleeps (frees the core, slow to wake). Small models run thousands of tiny
-parallel regions per second, so the choice decides their speed. The tiny base's training
-loop (2 torch threads on a 2-core machine, `OMP_WAIT_POLICY` / `GOMP_SPINCOUNT` as below):
-
-| wait                          | idle machine | 4 busy processes beside it |
-|-------------------------------|--------------|----------------------------|
-| spin until work (ACTIVE)      | 9.6 steps/s  | 0.37 steps/s               |
-| sleep at once (PASSIVE)       | 5.8          | 2.17                       |
-| spin 1000 rounds (~10 us)     | 7.4          | 2.04                       |
-
-A spin of about 10 microseconds keeps most of the idle machine's speed and almost all of
-the shared machine's; an unbounded spin is catastrophic when cores are oversubscribed, and
-libgomp's own default (~3 ms) made training 10-20x slower on a shared machine in earlier runs.
+parallel regions per second, so the choice decides their speed. On the tiny base's
+training loop a spin of about 10 microseconds kept most of an idle machine's speed and
+almost all of a shared machine's; an unbounded spin is catastrophic when cores are
+oversubscribed, and libgomp's own default spin was many times slower on a shared machine
+(the figures: docs/results/design-figures.md § OpenMP waits).
 Libraries read these variables once, when libgomp loads, so this must run before the
 first `import torch`; a user's own setting of either variable wins.
 """

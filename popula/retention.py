@@ -37,7 +37,20 @@ from typing import Any, Literal, Mapping, Sequence
 
 import torch
 
+from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, delta_norm, format_retention_table, measure_retention
+from popula.adapters import AdapterStore, read_adapter
+from popula.config import load_config
+from popula.engines.base import GenerationRequest
 from popula.errors import PopulaError
+from popula.eval_target import run_adapter
+from popula.evaluate import EvalSettings, context_limit, encode_prompt, evaluate, judge
+from popula.league import League
+from popula.learner import Rollout
+from popula.model.base import resolve_base_model
+from popula.rewards import student_reward
+from popula.run.workers import build_engine, build_learner, build_sandbox, runtime_of
+from popula.tasks.generator import generate_tasks
+from popula.tasks.prompts import prompt_format, stop_token_ids
 
 ROLE = "student"
 EVAL_NAMESPACE = "retention"
@@ -123,8 +136,6 @@ class RetentionReport:
 
 def format_report(report: RetentionReport) -> str:
     """The human table: setup line, the evolution package's table, then rewards by step."""
-    from evolution import format_retention_table
-
     parents = ", ".join(f"{n} {r:.3f} (|delta W| {report.parent_delta_norms[n]:.3g})"
                         for n, r in report.parent_rewards.items())
     lines = [
@@ -145,11 +156,6 @@ def format_report(report: RetentionReport) -> str:
 def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = RetentionSettings(), *,
                 progress: bool = False) -> RetentionReport:
     """Measure every chosen operator on the run's best students; see the module docstring."""
-    from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, delta_norm, measure_retention
-
-    from popula.config import load_config
-    from popula.model.base import resolve_base_model
-
     start = time.perf_counter()
     operators = list(settings.operators) if settings.operators else list(OPERATORS)
     unknown = [op for op in operators if op not in OPERATORS]
@@ -223,9 +229,6 @@ def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = Retent
 
 def _parents(run: Path, needed: int) -> list[tuple[str, str]]:
     """(league member, adapter name) of the `needed` best students by conservative rating."""
-    from popula.evaluate import run_adapter
-    from popula.league import League
-
     league_path = run / "league.json"
     if not league_path.is_file():
         raise PopulaError(f"{league_path}: no league in this run directory (has the run started?)")
@@ -249,12 +252,6 @@ class _Bench:
     def __init__(self, cfg: Any, base_path: str | Path, settings: RetentionSettings, samples: int,
                  stack: ExitStack) -> None:
         from transformers import AutoTokenizer
-
-        from popula.adapters import AdapterStore
-        from popula.evaluate import context_limit, encode_prompt
-        from popula.run.workers import build_engine, build_learner, build_sandbox, runtime_of
-        from popula.tasks.generator import generate_tasks
-        from popula.tasks.prompts import prompt_format, stop_token_ids
 
         self.cfg, self.base_path, self.settings, self.samples = cfg, base_path, settings, samples
         try:
@@ -293,9 +290,6 @@ class _Bench:
 
     def read_run_adapter(self, run: Path, member: str, adapter: str) -> dict[str, torch.Tensor]:
         """A run adapter's latest weights, validated against this base (the run's store is not opened)."""
-        from popula.adapters import read_adapter
-        from popula.evaluate import run_adapter
-
         ref = run_adapter(run, adapter)
         return read_adapter(ref.path, name=f"{member} ({adapter})", base_path=self.base_path,
                             max_rank=self.store.rank, exact_rank=self.store.rank,
@@ -315,9 +309,6 @@ class _Bench:
 
     def reward(self, ref: Any) -> float:
         """Mean student reward of `ref` (None: bare base) on the held-out tasks, seeded."""
-        from popula.evaluate import EvalSettings, evaluate
-        from popula.rewards import student_reward
-
         g = self.cfg.generation
         report = evaluate(self.engine, self.tokenizer, self.eval_tasks, adapter=ref, sandbox=self.sandbox,
                           settings=EvalSettings(samples=self.samples, temperature=g.temperature, top_p=g.top_p,
@@ -331,11 +322,6 @@ class _Bench:
 
     def update(self, name: str, state: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
         """One learner step of child `name` on fresh seeded rollouts of the training tasks."""
-        from popula.engines.base import GenerationRequest
-        from popula.evaluate import judge
-        from popula.learner import Rollout
-        from popula.rewards import student_reward
-
         if name in self.learner.adapters:
             self.learner.replace_adapter(name, state, reset_optimizer=False)
         else:

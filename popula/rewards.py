@@ -1,6 +1,7 @@
 """Rewards: the one place where verifier outcomes become numbers for the learner.
 
-Teacher reward (PopuLoRA, DESIGN 1) for one proposed task p with student solve rate rho:
+Teacher reward (PopuLoRA, docs/design.md § What the sources say) for one proposed task p
+with student solve rate rho:
 
     -1          p fails to parse, execute, or is nondeterministic (also: a proposal the
                 teacher wrote so badly that no task could be read out of it)
@@ -10,8 +11,8 @@ Teacher reward (PopuLoRA, DESIGN 1) for one proposed task p with student solve r
      1 - rho    otherwise: the harder the task for this student, the better, as long as
                 it is solvable at all
 
-Student reward for one rollout (DESIGN 1: the verifier's reward for a correct,
-well-formed solution):
+Student reward for one rollout (docs/design.md § What the sources say: the verifier's
+reward for a correct, well-formed solution):
 
      1          the answer is well formed and the sandbox judges it correct
      0          anything else: wrong, fails to run, or no answer could be parsed

@@ -1,4 +1,4 @@
-"""Convert a code benchmark's JSONL into Popula task records (DESIGN 3.2) for `popula eval`.
+"""Convert a code benchmark's JSONL into Popula task records (docs/design.md § Task records) for `popula eval`.
 
     python3 scripts/convert_benchmark.py --format humaneval HumanEval.jsonl humaneval_tasks.jsonl
     popula eval RUN_DIR --tasks humaneval_tasks.jsonl --samples 4

@@ -24,13 +24,13 @@ from conftest import answer_batch, small_llama
 from popula.adapters import AdapterStore
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.evaluate import (EvalSettings, TaskScore, encode_prompt, evaluate, judge, pass_at_k, prepare_tasks,
-                             run_adapter, summarize)
+from popula.eval_target import run_adapter
+from popula.evaluate import EvalSettings, TaskScore, encode_prompt, evaluate, judge, pass_at_k, prepare_tasks, summarize
 from popula.league import League
 from popula.model.tokenizer import train_tokenizer
+from popula.records import TaskRecord
 from popula.sandbox import Sandbox
 from popula.tasks.prompts import CompactFormat
-from popula.tasks.records import TaskRecord
 
 # The two tasks the test model memorises (prompt -> answer), and one it was never shown.
 KNOWN = [
@@ -181,7 +181,7 @@ def test_summary_averages_tasks_per_type_and_overall():
 
 
 def test_prepare_fills_missing_outputs_and_skips_invalid_tasks(sandbox):
-    from popula.tasks.records import parse_record
+    from popula.records import parse_record
 
     records = [parse_record(r, f"line {i}") for i, r in enumerate(task_lines())]
     records[0].answer = "999"  # an answer in the file is not the model's: ignored
@@ -221,7 +221,7 @@ def test_encode_prompt_puts_the_bos_token_first_once(tokenizer):
 
 
 def _records(tmp_path: Path):
-    from popula.tasks.records import read_records
+    from popula.records import read_records
 
     return read_records(write_tasks(tmp_path / "tasks.jsonl"))
 
@@ -374,7 +374,7 @@ def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
 @pytest.mark.vllm
 def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_path):
     pytest.importorskip("vllm")
-    from popula.evaluate import evaluate_target
+    from popula.eval_target import evaluate_target
 
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     via = {kind: evaluate_target(str(run_dir), tasks, engine=kind, workers=1) for kind in ("torch", "vllm")}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from popula.records import read_records
 from popula.sandbox import Sandbox
-from popula.tasks.records import read_records
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("convert_benchmark", ROOT / "scripts" / "convert_benchmark.py")

@@ -17,9 +17,9 @@ from popula.model.corpus import ExampleSampler, as_type, simplest_program
 from popula.model.recipe import TinyRecipe
 from popula.model.tokenizer import train_tokenizer
 from popula.model.train import PackedBatches, compiled_forward, lr_at
+from popula.records import TaskRecord
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import COMPACT_EOS, CompactFormat, prompt_format, stop_token_ids
-from popula.tasks.records import TaskRecord
 
 QUICK = TinyRecipe(train_steps=150, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0)
 
@@ -303,7 +303,7 @@ def test_a_real_model_directory_gets_instruction_prompts(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: Path) -> None:
-    from popula.tasks.records import read_records
+    from popula.records import read_records
 
     out = tmp_path / "tiny"
     done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--steps", "30", "--heldout", "12"], capture_output=True, text=True)

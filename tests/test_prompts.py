@@ -13,7 +13,7 @@ from popula.tasks.prompts import (
     prompt_format,
     stop_token_ids,
 )
-from popula.tasks.records import TaskRecord
+from popula.records import TaskRecord
 
 PROGRAM = "def f(a, k):\n    total = 0\n    for v in a:\n        if v > k:\n            total += v\n    return total"
 O_TASK = TaskRecord(id="o", type="code_o", program=PROGRAM, inputs=["[1, 5, 7], 4"], outputs=["12"])

@@ -27,8 +27,8 @@ from popula.errors import PopulaError  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.run.ray_workers import (EngineActor, LearnerActor, RayEngine, RayLearner, RaySandbox,  # noqa: E402
                                     SandboxActor, directory_bundle, materialise)
+from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
-from popula.tasks.records import TaskRecord  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Task records (DESIGN 3.2): reading, validation errors that name file, line and field."""
+"""Task records (docs/design.md § Task records): reading, validation errors that name file, line and field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from popula.errors import PopulaError
-from popula.tasks.records import TaskRecord, VerifyResult, parse_record, read_records, write_jsonl
+from popula.records import TaskRecord, VerifyResult, parse_record, read_records, write_jsonl
 
 
 def _write(tmp_path, lines):

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from popula.errors import PopulaError
+from popula.records import TaskRecord
 from popula.run.buffer import TaskBuffer
-from popula.tasks.records import TaskRecord
 
 
 def task(i, type_="code_o"):

@@ -13,7 +13,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import PreTrainedTokenizerFast
 
-from popula.engines.base import AdapterRef, GenerationResult, Sample
+from popula.adapters import AdapterRef
+
+from popula.engines.base import GenerationResult, Sample
 from popula.league import Match
 from popula.rewards import MALFORMED_ANSWER_REWARD
 from popula.run.buffer import TaskBuffer

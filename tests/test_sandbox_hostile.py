@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox
 from popula.tasks.generator import generate_tasks
-from popula.tasks.records import TaskRecord
 
 LIMITS = Limits(cpu_s=1, wall_s=0.6, memory_mb=256)
 CANARY = Path("/tmp/popula-sandbox-canary")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox
-from popula.tasks.records import TaskRecord
 
 
 @pytest.fixture(scope="module")

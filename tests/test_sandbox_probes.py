@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox, SandboxUnavailable
-from popula.tasks.records import TaskRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 BENIGN = ROOT / "tests" / "data" / "sandbox" / "benign.jsonl"

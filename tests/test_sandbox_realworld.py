@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox, read_value, values_equal
-from popula.tasks.records import TaskRecord
 
 PROGRAMS = [
     json.loads(line)

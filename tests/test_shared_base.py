@@ -12,14 +12,15 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from popula.adapters import AdapterStore
+from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
-from popula.engines.base import AdapterRef, GenerationRequest
+from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import Rollout
 from popula.run.workers import build_local
@@ -52,7 +53,8 @@ def test_the_next_generation_sees_the_learners_update_without_reading_an_adapter
     try:
         assert engine.model is learner.model  # one base module, one set of adapter tensors
         store = AdapterStore(tmp_path / "adapters", quick_base, rank=4, alpha=8, target_modules=cfg.lora.target_modules)
-        v0 = store.acquire(store.create("A"))  # kept on disk after v1 exists
+        created = store.create("A")  # the store deletes it once v1 is saved: a copy keeps it on disk
+        v0 = replace(created, path=Path(shutil.copytree(created.path, tmp_path / "v0-copy")))
         learner.add_adapter("A", store.load(v0).state_dict)
         workers.bind(v0, "A")
         before = engine.generate([request(v0)])[0]

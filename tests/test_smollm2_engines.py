@@ -18,8 +18,8 @@ from popula.engines import create_engine
 from popula.engines.base import GenerationRequest
 from popula.evaluate import encode_prompt
 from popula.learner import PopulationLearner, Rollout
+from popula.records import TaskRecord
 from popula.tasks.prompts import InstructFormat, prompt_format, stop_token_ids
-from popula.tasks.records import TaskRecord
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 

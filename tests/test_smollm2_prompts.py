@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from popula.records import TaskRecord
 from popula.tasks.prompts import InstructFormat
-from popula.tasks.records import TaskRecord
 
 DATA = Path(__file__).parent / "data" / "smollm2"
 DIRECT = InstructFormat(None, direct=True)

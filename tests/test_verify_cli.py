@@ -1,4 +1,4 @@
-"""`popula verify TASKS.jsonl [--out FILE] [--workers N]` (DESIGN 3.1, 3.2)."""
+"""`popula verify TASKS.jsonl [--out FILE] [--workers N]` (docs/design.md § Commands, § Task records)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_help_describes_the_command():
 @pytest.mark.slow
 def test_big_files_show_a_progress_bar_on_stderr(tmp_path, capsys):
     from popula.tasks.generator import generate_tasks
-    from popula.tasks.records import write_jsonl
+    from popula.records import write_jsonl
 
     path = tmp_path / "big.jsonl"
     write_jsonl(path, [t.to_json() for t in generate_tasks(600, seed=3, verify=False)])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from popula.cli import main
-from popula.tasks.records import read_records, write_jsonl
+from popula.records import read_records, write_jsonl
 
 GOOD = {"id": "x", "type": "code_o", "program": "def f(a):\n    return a + 1", "inputs": ["1"]}
 CODE_F = {"id": "fx", "type": "code_f", "program": "def f(a):\n    return a * 2", "inputs": ["1", "2"]}

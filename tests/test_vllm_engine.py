@@ -18,9 +18,9 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from popula.adapters import AdapterStore
+from popula.adapters import AdapterRef, AdapterStore
 from popula.engines import create_engine
-from popula.engines.base import AdapterRef, GenerationRequest
+from popula.engines.base import GenerationRequest
 from popula.engines.vllm_engine import VLLMEngine, context_length, vllm_max_lora_rank
 from popula.errors import PopulaError
 

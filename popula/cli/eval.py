@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("target", metavar="RUN_DIR|MODEL", help="a run directory, `tiny`, a model directory or an HF id")
-    parser.add_argument("--tasks", required=True, metavar="FILE.jsonl", help="task records (DESIGN 3.2), one per line")
+    parser.add_argument("--tasks", required=True, metavar="FILE.jsonl",
+                        help="task records (docs/design.md § Task records), one per line")
     parser.add_argument("--adapter", metavar="NAME",
                         help="adapter or league member of the run (default: best student); with a MODEL, a PEFT directory")
     parser.add_argument("--samples", type=int, default=1, metavar="K", help="answers per task (default: 1)")
@@ -48,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from popula.evaluate import EvalSettings, evaluate_target, format_report
+    # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
+    from popula.eval_target import evaluate_target
+    from popula.evaluate import EvalSettings, format_report
 
     settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                             max_tokens=args.max_tokens, seed=args.seed)

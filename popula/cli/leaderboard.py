@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popula.errors import PopulaError
+from popula.league import League
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -27,9 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from popula.errors import PopulaError
-    from popula.league import League
-
     if not args.run_dir.is_dir():
         raise PopulaError(f"{args.run_dir}: no such run directory")
     league = League.load(args.run_dir / "league.json")
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(rows, league.step))
     if args.plot:
+        # deferred: matplotlib loads only when a plot is asked for
         from popula.league.plot import plot_ratings
 
         path = plot_ratings(league, args.plot)

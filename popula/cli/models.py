@@ -14,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from popula.errors import PopulaError
+from popula.model import registry
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -32,9 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    from popula.errors import PopulaError
-    from popula.model import registry
-
     if args.name in registry.MODELS:
         was_cached = registry.is_cached(args.name)
         path = registry.ensure_model(args.name, force=args.force)
@@ -49,8 +49,6 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from popula.model import registry
-
     rows = registry.list_models()
     if args.json:
         for row in rows:

@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: matplotlib loads only when a plot is asked for
     from popula.run.plots import plot_runs
 
     out = args.out or args.run_dirs[0] / "plots"

@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from popula.errors import PopulaError
+from popula.model.recipe import TinyRecipe
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -37,9 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from popula.errors import PopulaError
+    # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.model.base import MARKER, build_tiny, tiny_path
-    from popula.model.recipe import TinyRecipe
 
     recipe = TinyRecipe()
     if args.minutes is not None and args.minutes <= 0:

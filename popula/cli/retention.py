@@ -44,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
+
+    # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.retention import RetentionSettings, format_report, measure_run
 
     settings = RetentionSettings(operators=tuple(args.operators) if args.operators else None, steps=args.steps,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popula.config import load_config
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from popula.config import load_config
+    # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.run.population import PopulationRun
 
     overrides = list(args.overrides)

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import argparse
 
+from popula.errors import PopulaError
+from popula.records import write_jsonl
+from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -26,10 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from popula.errors import PopulaError
-    from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
-    from popula.tasks.records import write_jsonl
-
     if args.n < 1:
         raise PopulaError(f"--n must be at least 1, got {args.n}")
     if args.workers < 1:

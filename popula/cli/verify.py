@@ -1,6 +1,6 @@
 """`popula verify TASKS.jsonl [--out FILE] [--workers N]`: validate tasks, judge answers.
 
-Writes one DESIGN 3.2 result line per record, in input order, to stdout or --out, and a
+Writes one result line (docs/design.md § Task records) per record, in input order, to stdout or --out, and a
 summary line to stderr (valid n/N, correct n/M, tasks/s). A progress bar (stderr)
 appears for files big enough to wait on.
 """
@@ -13,6 +13,10 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from popula.errors import PopulaError
+from popula.records import read_records, write_jsonl
+from popula.sandbox import Sandbox
 
 _PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth drawing
 
@@ -40,10 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from popula.errors import PopulaError
-    from popula.sandbox import Sandbox
-    from popula.tasks.records import read_records, write_jsonl
-
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise PopulaError(f"--workers must be at least 1, got {workers}")
@@ -90,8 +90,6 @@ def _check_out(out: Path, tasks: Path) -> None:
     """Refuse an --out that cannot take the results, before any work is done (and so before
     anything is written): a missing directory, a directory, or the input file itself (which
     the results would replace)."""
-    from popula.errors import PopulaError
-
     parent = out.resolve().parent
     if not parent.is_dir():
         raise PopulaError(f"--out {out}: the directory {parent} does not exist")

@@ -2,28 +2,16 @@
 
 Every engine serves one frozen base and many adapters at once. A request names the
 adapter *version* it must use; engines never key anything by adapter name alone, so a
-new version can never be served with an old version's weights (DESIGN 5).
+new version can never be served with an old version's weights (docs/design.md § Pitfalls).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
-
-@dataclass(frozen=True)
-class AdapterRef:
-    """One saved version of one adapter: a PEFT directory on disk.
-
-    `uid` is unique over the whole run (across names and versions); engines use it as
-    the LoRA id, so reloading a name with new weights always means a new id.
-    """
-
-    name: str
-    version: int
-    uid: int
-    path: Path
+if TYPE_CHECKING:  # a request names an adapter version; the adapters package owns that type
+    from popula.adapters import AdapterRef
 
 
 @dataclass

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
 
-from popula.adapters import read_adapter
-from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
+from popula.adapters import AdapterRef, read_adapter
+from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, MultiLoRAModel
 

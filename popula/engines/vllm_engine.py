@@ -1,6 +1,6 @@
 """The vLLM engine: one `LLM` serves the frozen base and the whole population of adapters.
 
-Why it looks like this (DESIGN 5, and vLLM 0.32's own rules, checked in its source):
+Why it looks like this (docs/design.md § Pitfalls, and vLLM 0.32's own rules, checked in its source):
 - One `LLM(enable_lora=True)` for the run; every generation phase is ONE `llm.generate`
   call with a `LoRARequest` per request, so vLLM batches all adapters together.
 - The LoRA id is `AdapterRef.uid` and the LoRA name is `NAME@vVERSION#UID`. vLLM never
@@ -43,8 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from popula.engines.base import AdapterRef, GenerationRequest, GenerationResult, Sample
+from popula.adapters import AdapterRef, base_lora_shapes, meta_model, read_adapter
+from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
+from popula.lora import parse_peft_key
+from popula.lora.model import FORBIDDEN_TARGETS
 
 if TYPE_CHECKING:
     import torch
@@ -79,9 +82,6 @@ class BaseLoRALayout:
     def of(cls, base_path: str | os.PathLike) -> "BaseLoRALayout":
         """Read from the base's config alone (a meta-device model: no weights are loaded)."""
         from torch import nn
-
-        from popula.adapters import base_lora_shapes, meta_model
-        from popula.lora.model import FORBIDDEN_TARGETS
 
         model = meta_model(base_path)
         names = {path.rsplit(".", 1)[-1] for path, mod in model.named_modules() if isinstance(mod, nn.Linear)}
@@ -222,14 +222,11 @@ class VLLMEngine:
 
     def validate(self, ref: AdapterRef) -> None:
         """Raise PopulaError naming `ref` unless this engine can serve it (nothing is loaded)."""
-        from popula.adapters import read_adapter
-        from popula.lora.model import PEFT_PREFIX
-
         label = f"{ref.name} v{ref.version}"
         loaded = read_adapter(Path(ref.path), name=label, base_path=self.base_path, max_rank=self.max_lora_rank,
                               target_modules=self.layout.target_modules, shapes=self.layout.shapes)
         for key in loaded.state_dict:
-            module = key.removeprefix(PEFT_PREFIX).rsplit(".lora_", 1)[0]
+            module, _ = parse_peft_key(key)  # read_adapter has refused any other tensor
             if module not in self.layout.shapes:
                 raise PopulaError(f"adapter {label!r} ({ref.path}): tensor {key} is for module {module!r}, "
                                   f"which this base does not have (an adapter for another base?)")

@@ -1,6 +1,6 @@
 """The league: every member ever, their TrueSkill ratings, matches and lineage.
 
-One object owns the state that ``popula run`` must persist and resume (DESIGN 3.3):
+One object owns the state that ``popula run`` must persist and resume (docs/design.md § Run directory):
 the trainer asks it for this step's pairs (``match``), reports each match's task
 results (``record_match``), closes the step (``end_step``), lets evolution swap members
 (``replace``) and saves it to RUN_DIR/league.json. Teachers and students live in one

@@ -30,11 +30,6 @@ def win_probability(env: trueskill.TrueSkill, a: trueskill.Rating, b: trueskill.
     return float(env.cdf((a.mu - b.mu) / spread))
 
 
-def conservative(rating: trueskill.Rating) -> float:
-    """mu - 3 sigma: a skill the member has with ~99.9% confidence; new members rank low."""
-    return rating.mu - 3.0 * rating.sigma
-
-
 def child_rating(
     env: trueskill.TrueSkill, parents: Sequence[trueskill.Rating], sigma_widen: float
 ) -> trueskill.Rating:

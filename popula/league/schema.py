@@ -64,7 +64,8 @@ class Member(BaseModel):
 
     @property
     def conservative(self) -> float:
-        """mu - 3 sigma, the rating the league ranks by."""
+        """mu - 3 sigma, the rating the league ranks by and evolution replaces by (the one
+        definition): a skill the member has with ~99.9% confidence; new members rank low."""
         return self.mu - 3.0 * self.sigma
 
 

@@ -7,7 +7,7 @@ base runs once per microbatch however many adapters are in it. Each adapter stil
 its own AdamW (own moments, own step count), its own gradient-norm clip and its own NaN
 guard, so adapters never influence each other's update.
 
-Loss normalisation (DESIGN 5): an adapter's loss is the mean over ALL completion tokens it
+Loss normalisation (docs/design.md § Pitfalls): an adapter's loss is the mean over ALL completion tokens it
 produced in the step (DAPO's token-level average), not a mean of per-sequence means.
 Per-sequence means give every token of a short completion more weight than a token of a
 long one, which rewards short right answers more than long ones and punishes long wrong
@@ -84,9 +84,9 @@ class PopulationLearner:
     (which the learner then owns: its target linears are wrapped in place).
 
     `kernel` is the LoRA layers' (popula.lora): None picks "gather" on CPU and "auto"
-    (grouped matmul where it works) elsewhere. Measured on 2 CPU cores, 4M-param Llama, 48
-    rows: gather trains in about half the CPU time of grouped (4.2 vs 8.3 s per step), and
-    8 adapters cost it about what 1 does; grouped's advantage (each adapter's weights read
+    (grouped matmul where it works) elsewhere. On CPU, gather trained a small Llama in about
+    half the CPU time of grouped, 8 adapters costing it about what 1 does
+    (docs/results/design-figures.md § LoRA kernel on CPU); grouped's advantage (each adapter's weights read
     once, no per-row copies kept for backward) is a GPU and large-model one.
     """
 

@@ -1,6 +1,6 @@
 """`Rollout`: one sampled completion as the learner trains on it.
 
-The ids are the sampler's own (never re-tokenised text, DESIGN 5), and the sampler's
+The ids are the sampler's own (never re-tokenised text, docs/design.md § Pitfalls), and the sampler's
 per-token log-probabilities and adapter version travel with them, so the learner can
 measure train/serve mismatch (`logprob_gap`) and clip importance ratios of off-policy
 samples.

@@ -21,7 +21,7 @@ from popula.lora.layer import MultiLoRALinear, SiblingGroup, SlotRouting, peft_i
 DEFAULT_TARGET_MODULES: tuple[str, ...] = (
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
 )
-# LoRA on these breaks vLLM's log-prob paths or the tied embeddings (DESIGN 5).
+# LoRA on these breaks vLLM's log-prob paths or the tied embeddings (docs/design.md § Pitfalls).
 FORBIDDEN_TARGETS: tuple[str, ...] = ("lm_head", "embed_tokens", "wte", "embed_out")
 PEFT_PREFIX = "base_model.model."
 # Projections Llama-family models call on one and the same input tensor (fused for LoRA).
@@ -32,6 +32,19 @@ BASE_SLOT = -1
 def peft_key(module_path: str, which: str) -> str:
     """The key PEFT saves for `module_path`'s lora_A / lora_B weight."""
     return f"{PEFT_PREFIX}{module_path}.lora_{which}.weight"
+
+
+def parse_peft_key(key: str) -> tuple[str, str] | None:
+    """(module path, "A" or "B") of a LoRA weight key as PEFT saves it; None for any other tensor.
+
+    The inverse of `peft_key`; a key without PEFT's prefix keeps its whole path (callers that
+    need the prefix check `key.startswith(PEFT_PREFIX)`).
+    """
+    for which in ("A", "B"):
+        suffix = f".lora_{which}.weight"
+        if key.endswith(suffix):
+            return key[: -len(suffix)].removeprefix(PEFT_PREFIX), which
+    return None
 
 
 def find_target_linears(model: nn.Module, target_modules: Sequence[str]) -> dict[str, nn.Linear]:
@@ -218,9 +231,10 @@ class MultiLoRAModel(nn.Module):
                    ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], int]:
         by_path: dict[str, dict[str, torch.Tensor]] = {}
         for key, tensor in state_dict.items():
-            if not (key.startswith(PEFT_PREFIX) and key.endswith((".lora_A.weight", ".lora_B.weight"))):
+            parsed = parse_peft_key(key)
+            if parsed is None or not key.startswith(PEFT_PREFIX):
                 raise PopulaError(f"{source}: unexpected tensor {key!r} (only lora_A/lora_B weights are served)")
-            path, which = key[len(PEFT_PREFIX):-len(".lora_A.weight")], key[-len("A.weight")]
+            path, which = parsed
             by_path.setdefault(path, {})[which] = tensor
         unknown = sorted(set(by_path) - set(self.lora_layers))
         if unknown:

@@ -22,15 +22,21 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
+from popula.evaluate import EvalSettings, evaluate
+from popula.model import registry
+from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.recipe import TinyRecipe
+from popula.model.registry import cache_root
+from popula.model.tokenizer import train_tokenizer
+from popula.model.train import PackedBatches, native_bf16, train
+from popula.sandbox import Sandbox
+from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
+from popula.tasks.prompts import CompactFormat
 
 TINY = "tiny"
 MARKER = "popula_tiny.json"  # written next to the weights: the recipe and what the build did
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("POPULA_CACHE") or Path.home() / ".cache" / "popula")
 
 
 def tiny_path(recipe: TinyRecipe) -> Path:
@@ -49,11 +55,6 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     """
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    from popula.model.corpus import ExampleSampler, build_pool
-    from popula.model.tokenizer import train_tokenizer
-    from popula.model.train import PackedBatches, native_bf16, train
-    from popula.tasks.prompts import CompactFormat
 
     start = time.monotonic()
     torch.manual_seed(recipe.seed)
@@ -100,7 +101,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     if progress:
         print(f"popula pretrain: training {n_params / 1e6:.2f}M parameters for {recipe.train_steps} steps on "
               f"{torch.get_num_threads()} threads ({precision})")
-    # compiling costs ~25 s up front and pays back only on builds of minutes
+    # compiling costs tens of seconds up front and pays back only on builds of minutes
     time_limit = None if max_minutes is None else max(0.0, max_minutes * 60 - (time.monotonic() - start))
     stats = train(model, batches, steps=recipe.train_steps, lr=recipe.lr, time_limit=time_limit, progress=progress,
                   compile=recipe.train_steps >= 1000, bf16=bf16)
@@ -150,11 +151,6 @@ def heldout_pass1(model_dir: Path, n: int, *, seed: int, workers: int = 2) -> di
     The tasks come from the held-out namespace of the program generator, which no corpus
     draws from, at a seed offset from the recipe's; greedy so the figure is deterministic.
     """
-    from popula.engines.torch_engine import TorchEngine
-    from popula.evaluate import EvalSettings, evaluate
-    from popula.sandbox import Sandbox
-    from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
-
     tasks = generate_tasks(n, seed + HELDOUT_SEED_OFFSET, namespace=HELDOUT_NAMESPACE, workers=workers)
     engine = TorchEngine(model_dir, max_adapters=1)
     try:
@@ -183,8 +179,6 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         if not (path / MARKER).is_file():
             build_tiny(path, recipe, progress=progress)
         return path
-    from popula.model import registry
-
     if spec in registry.MODELS:
         return registry.ensure_model(spec, progress=progress)
     if spec.lower().endswith(".gguf"):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from popula.records import TaskRecord
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import PromptFormat
-from popula.tasks.records import TaskRecord
 
 CORPUS_NAMESPACE = "corpus"  # held-out sets use other namespaces, so they never overlap by seed
 

@@ -87,9 +87,8 @@ MODELS: dict[str, RegistryModel] = {
 
 
 def cache_root() -> Path:
-    from popula.model.base import cache_root as root
-
-    return root()
+    """Where popula keeps built and fetched models: `$POPULA_CACHE`, default `~/.cache/popula`."""
+    return Path(os.environ.get("POPULA_CACHE") or Path.home() / ".cache" / "popula")
 
 
 def model_path(name: str) -> Path:

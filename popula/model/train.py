@@ -95,8 +95,8 @@ def native_bf16() -> bool:
 def compiled_forward(model: torch.nn.Module, example: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """`model`'s logits through `torch.compile`, or eager if compiling fails here.
 
-    Packed batches all have one shape, so the model compiles once (~25 s on 2 cores) and
-    then trains ~1.5x faster: fused kernels matter when the matrices are this small.
+    Packed batches all have one shape, so the model compiles once and then trains faster
+    (docs/results/design-figures.md § Compiling the tiny base): fused kernels matter when the matrices are this small.
     A machine without a working C++ toolchain falls back to eager with a warning.
     """
     compiled = torch.compile(model)

@@ -25,7 +25,7 @@ import numpy as np
 
 from popula.complexity import measure
 from popula.errors import PopulaError
-from popula.tasks.records import TASK_TYPES, TaskRecord, parse_record
+from popula.records import TASK_TYPES, TaskRecord, parse_record
 
 UNSOLVED_WEIGHT = 0.25  # challenge weight of a task no student solved (hard, or impossible)
 UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed tasks)

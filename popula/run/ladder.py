@@ -28,9 +28,9 @@ from popula.config import Config
 from popula.engines.base import GenerationRequest
 from popula.evaluate import encode_prompt
 from popula.learner import PopulationLearner, Rollout
+from popula.records import TaskRecord
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.tasks.prompts import prompt_format, stop_token_ids
-from popula.tasks.records import TaskRecord
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Per-step metrics: RUN_DIR/metrics.jsonl (DESIGN 3.4), TensorBoard events, one summary line.
+"""Per-step metrics: RUN_DIR/metrics.jsonl (docs/design.md § metrics.jsonl), TensorBoard events, one summary line.
 
 metrics.jsonl is the source of truth (plots and tools read it); TensorBoard gets every
 numeric field as a scalar under RUN_DIR/tensorboard/ for people who live there.

@@ -1,12 +1,12 @@
 """`popula run`: a whole population self-play run on one machine, resumable.
 
-Data flow of one step (DESIGN 1 and 2):
+Data flow of one step (docs/design.md § What the sources say, § Architecture):
 
     league.match ─► SelfPlay.play (engine + sandbox) ─► learner.step ─► store.save
          ▲                                                                  │
          └──── league.record_match / end_step ◄── evolution every K steps ◄─┘
 
-and what it writes (DESIGN 3.3): config.yaml, metrics.jsonl, league.json, adapters/,
+and what it writes (docs/design.md § Run directory): config.yaml, metrics.jsonl, league.json, adapters/,
 tasks.jsonl, checkpoints/. Everything a resume needs is in the newest checkpoint;
 files outside it (metrics, task log) are cut back to the checkpoint's step on resume.
 """
@@ -24,10 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from evolution import make_child, plan_replacements
+from popula.adapters import AdapterRef, AdapterStore, base_lora_shapes
 from popula.config import Config
-from popula.engines.base import AdapterRef
 from popula.errors import PopulaError
 from popula.league import League, LeagueConfig
+from popula.learner import Rollout
+from popula.model.base import resolve_base_model
 from popula.run.buffer import TaskBuffer
 from popula.run.checkpoint import Checkpoints
 from popula.run.metrics import MetricsLog, summary_line
@@ -35,6 +38,8 @@ from popula.run.rundir import GracefulStop, prepare_run_dir
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
 from popula.run.workers import build_workers, reserve_workers
+from popula.tasks.generator import generate_tasks
+from popula.tasks.prompts import prompt_format, stop_token_ids
 
 
 @dataclass
@@ -56,9 +61,6 @@ class PopulationRun:
     """Owns every component of a run; `train()` runs steps until done or stopped."""
 
     def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False) -> None:
-        from popula.adapters import base_lora_shapes
-        from popula.model.base import resolve_base_model
-
         # The device and dtype this machine gives `runtime` (auto -> cpu/float32 without a GPU) are
         # decided before anything loads, and written to config.yaml as resolved. A Ray run's
         # devices are its actors' (ray.engine_gpus / learner_gpus), not the driver's.
@@ -98,9 +100,6 @@ class PopulationRun:
     def _open(self, resume: bool) -> None:
         from transformers import AutoTokenizer
 
-        from popula.adapters import AdapterStore
-        from popula.tasks.prompts import prompt_format, stop_token_ids
-
         cfg, run_dir = self.cfg, self.run_dir
         _seed_everything(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
@@ -128,8 +127,6 @@ class PopulationRun:
     # -- start and resume ------------------------------------------------------------------------
 
     def _start(self) -> None:
-        from popula.tasks.generator import generate_tasks
-
         cfg = self.cfg
         self.league = League(LeagueConfig(**cfg.league.model_dump()))
         if cfg.population.single_agent:
@@ -271,8 +268,6 @@ class PopulationRun:
         return ref
 
     def _training_samples(self, game: StepGame) -> list[Any]:
-        from popula.learner import Rollout
-
         temperature = self.cfg.generation.temperature
         samples = []
         for i, p in enumerate(game.proposals):
@@ -299,14 +294,12 @@ class PopulationRun:
 
     def _evolve(self, step: int) -> list[dict[str, Any]]:
         """Every K steps replace the weakest of each role by children of stronger members."""
-        from evolution import make_child, plan_replacements
-
         if self.evolution is None:
             return []
-        ratings = {role: {m.name: (m.mu, m.sigma) for m in self.league.alive(role)} for role in ("teacher", "student")}
+        scores = {role: {m.name: m.conservative for m in self.league.alive(role)} for role in ("teacher", "student")}
         ages = {m.name: m.age(step) for role in ("teacher", "student") for m in self.league.alive(role)}
         evolved = []
-        for plan in plan_replacements(step, ratings, self.evolution, ages):
+        for plan in plan_replacements(step, scores, self.evolution, ages):
             parents = {p: self.learner.adapter_state(self.roster.adapter_of[p]) for p in plan.parents}
             child = make_child(plan, parents)
             inherited = (self.learner.optimizer_state(self.roster.adapter_of[plan.parents[0]])

@@ -50,11 +50,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from popula.config import Config
+from popula.engines import create_engine, engine_options
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
-from popula.run.workers import engine_options
+from popula.records import TaskRecord, VerifyResult
 from popula.runtime import Runtime
-from popula.tasks.records import TaskRecord, VerifyResult
+from popula.sandbox import Sandbox
 
 BASE_SHIP_LIMIT = 4 << 30  # a base directory above this is not pushed through the object store
 
@@ -110,8 +111,6 @@ class EngineActor:
     """One generation engine plus the adapter versions it has materialised (uid -> directory)."""
 
     def __init__(self, kind: str, base: Any, options: dict[str, Any], threads: int | None) -> None:
-        from popula.engines import create_engine
-
         _set_threads(threads)
         self.workdir = Path(tempfile.mkdtemp(prefix="popula-engine-"))
         self.engine = create_engine(kind, _base_for_actor(base, self.workdir), **options)
@@ -160,8 +159,6 @@ class SandboxActor:
     """One `Sandbox` (with its own forked jail workers) on whichever node Ray places it."""
 
     def __init__(self, workers: int) -> None:
-        from popula.sandbox import Sandbox
-
         self.sandbox = Sandbox(workers=workers)
         self.busy = False
 
@@ -189,6 +186,7 @@ class LearnerActor:
                  threads: int | None, dtype: str = "float32") -> None:
         import torch
 
+        # deferred: every actor process imports this module; only the learner's loads torch for it
         from popula.learner import PopulationLearner
 
         _set_threads(threads)

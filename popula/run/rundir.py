@@ -1,4 +1,4 @@
-"""The run directory (DESIGN 3.3): creating it, and refusing to mix two runs in one.
+"""The run directory (docs/design.md § Run directory): creating it, and refusing to mix two runs in one.
 
 A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
 saved config differs from the given one (except `run.steps`, which a resume may extend, and

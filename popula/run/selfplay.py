@@ -1,4 +1,4 @@
-"""One self-play step's game, phases 2-4 of DESIGN 1: propose, validate, solve, judge.
+"""One self-play step's game, phases 2-4 of docs/design.md § What the sources say: propose, validate, solve, judge.
 
 This module plays; it does not learn. It turns the step's matches into `Proposal`s (one
 per teacher completion) and `Attempt`s (one per student rollout), each carrying the
@@ -16,14 +16,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from popula.engines.base import AdapterRef, Engine, GenerationRequest, Sample
+from popula.adapters import AdapterRef
+
+from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
+from popula.records import TaskRecord, VerifyResult
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer
 from popula.sandbox import Sandbox
 from popula.tasks.prompts import PromptFormat
-from popula.tasks.records import TaskRecord, VerifyResult
 
 
 @dataclass
@@ -167,7 +169,7 @@ class SelfPlay:
 
 
 def _score(game: StepGame) -> None:
-    """Solve rates per (task, student), then teacher and student rewards (DESIGN 1)."""
+    """Solve rates per (task, student), then teacher and student rewards (docs/design.md § What the sources say)."""
     by_pair: dict[tuple[int, str], list[bool]] = defaultdict(list)
     for a in game.attempts:
         a.reward = student_reward(a.answer is not None, a.correct)

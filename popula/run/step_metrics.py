@@ -1,4 +1,4 @@
-"""The metrics.jsonl row of one step (DESIGN 3.4), computed from what the step played."""
+"""The metrics.jsonl row of one step (docs/design.md § metrics.jsonl), computed from what the step played."""
 
 from __future__ import annotations
 

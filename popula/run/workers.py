@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from popula.config import Config
+from popula.engines import create_engine, engine_options
+from popula.learner import PopulationLearner
+from popula.run.ray_workers import build_ray as start_actors, reserve
 from popula.runtime import Runtime, resolve_runtime
+from popula.sandbox import Sandbox
 
 
 @dataclass
@@ -60,8 +64,6 @@ def reserve_workers(cfg: Config) -> Any:
     Returns what `build_workers` takes (release it with `.release()` if the run never builds)."""
     if not cfg.ray.enabled:
         return None
-    from popula.run.ray_workers import reserve
-
     return reserve(cfg)
 
 
@@ -75,8 +77,6 @@ build_stack = build_workers
 
 def build_ray(cfg: Config, base_path: str | Path, reservation: Any = None) -> Workers:
     """Engines, sandboxes and learner as Ray actors (popula.run.ray_workers), behind proxies."""
-    from popula.run.ray_workers import build_ray as start_actors
-
     engine, sandbox, learner, reservation = start_actors(cfg, base_path, n_adapters(cfg), reservation)
 
     def release() -> None:
@@ -104,8 +104,6 @@ def build_local(cfg: Config, base_path: str | Path) -> Workers:
 
 
 def build_sandbox(cfg: Config, workers: int | None = None) -> Any:
-    from popula.sandbox import Sandbox
-
     return Sandbox(workers=workers or cfg.sandbox.workers, isolation=cfg.sandbox.isolation)
 
 
@@ -113,34 +111,8 @@ def build_learner(cfg: Config, base_path: str | Path, runtime: Runtime, *, max_a
                   spare_slots: int = 0) -> Any:
     """The population learner on the runtime's device and dtype (`spare_slots`: LoRA slots it
     leaves to a torch engine sharing its model)."""
-    from popula.learner import PopulationLearner
-
     return PopulationLearner(base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=max_adapters,
                              device=runtime.device, dtype=runtime.torch_dtype, spare_slots=spare_slots)
-
-
-def engine_options(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, kind: str | None = None,
-                   target_modules: Sequence[str] | None = None, max_model_len: int | None = None) -> dict[str, Any]:
-    """Constructor options of the config's engine (`kind` overrides `cfg.engine`).
-
-    torch: the LoRA target modules, device and dtype. vllm: dtype (the learner's, so sampler
-    and trainer agree), the runtime's GPU memory share, enforce_eager, max_num_seqs and the
-    context length. `runtime` None leaves device and dtype to the engine's defaults.
-    """
-    kind = kind or cfg.engine
-    rt = cfg.runtime
-    if kind == "torch":
-        options: dict[str, Any] = {"target_modules": tuple(target_modules or cfg.lora.target_modules)}
-        if runtime is not None:
-            options.update(device=runtime.device, dtype=runtime.dtype)
-        return options
-    options = {"gpu_memory_utilization": rt.gpu_memory_utilization, "enforce_eager": rt.enforce_eager,
-               "max_num_seqs": rt.max_num_seqs}
-    if runtime is not None:
-        options["dtype"] = runtime.dtype
-    if max_model_len is not None:
-        options["max_model_len"] = max_model_len
-    return options
 
 
 def build_engine(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, max_adapters: int,
@@ -149,8 +121,6 @@ def build_engine(cfg: Config, base_path: str | Path, runtime: Runtime | None, *,
     """The config's generation engine (`kind` overrides `cfg.engine`), `max_adapters` LoRA slots;
     `seed` (default: the config's) seeds requests that carry none. `shared`: a learner built
     with spare slots whose model (base and adapters) a torch engine generates with."""
-    from popula.engines import create_engine
-
     kind = kind or cfg.engine
     options = engine_options(cfg, base_path, runtime, kind=kind, target_modules=target_modules,
                              max_model_len=max_model_len)

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+from popula.records import TaskRecord
 from popula.sandbox import policy
 from popula.sandbox.limits import Limits
 from popula.sandbox.policy import Rejection
 from popula.sandbox.values import NotAValue, read_value
-from popula.tasks.records import TaskRecord
 
 # A job for a worker: (kind, program code, argument-list codes, expression code).
 Job = tuple[str, CodeType | None, list[CodeType], CodeType | None]

@@ -27,7 +27,7 @@ from popula.sandbox import rules
 
 @dataclass(frozen=True)
 class Rejection:
-    """Why a piece of task text cannot run: a DESIGN 3.2 reason and a human detail."""
+    """Why a piece of task text cannot run: a reason of docs/design.md § Task records and a human detail."""
 
     reason: str
     detail: str

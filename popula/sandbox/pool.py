@@ -3,9 +3,9 @@
     with Sandbox(workers=2, limits=Limits()) as sb:
         results = sb.verify(records)   # list[VerifyResult], same order as records
 
-Why this shape (measured on the 2-core development machine): a fresh interpreter per run
-costs ~15-25 ms; a fork from a *small* warm parent (`python3 -s -S` plus the allowed
-modules) well under 1 ms; running a typical task ~0.1 ms. So each worker (zygote.py) is
+Why this shape: a fresh interpreter per run costs tens of times more than a fork from a
+*small* warm parent (`python3 -s -S` plus the allowed modules), and that fork costs more
+than running a typical task (docs/results/design-figures.md § Sandbox pool). So each worker (zygote.py) is
 such a small parent, and it forks one jailed child per *job* (a job is all the inputs of
 one task, or one answer): a job never shares a process, a heap or a result pipe with
 another job, so a job that escaped the Python policy can spoil only its own verdict.
@@ -52,10 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popula.errors import PopulaError
+from popula.records import TaskRecord, VerifyResult
 from popula.sandbox.limits import Limits
 from popula.sandbox.plan import Job, Plan, plan_record
 from popula.sandbox.verdict import RunResult, assemble, checked
-from popula.tasks.records import TaskRecord, VerifyResult
 
 _FRAME = struct.Struct(">I")
 _ZYGOTE = Path(__file__).with_name("zygote.py")

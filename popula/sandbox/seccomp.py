@@ -78,8 +78,8 @@ def _insn(code, jt, jf, k):
 # child per job, switches that child to the job's uid and kills it at its deadline. Each
 # job's child stacks a second filter that denies exactly these on top, before task code
 # runs: stacked filters all apply (the strictest answer wins), so the child is under the
-# full list. The second filter is kept that small because a job pays for installing it:
-# about 0.1 ms here, against 0.3-0.4 ms for the full list.
+# full list. The second filter is kept that small because a job pays for installing it,
+# a few times less than for the full list (docs/results/design-figures.md § Sandbox pool).
 BATCH_PARENT_NEEDS = frozenset({"clone", "fork", "vfork", "kill", "setresuid", "setresgid"})
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from popula.records import REASONS, VerifyResult
 from popula.sandbox.plan import Plan, hidden_split
 from popula.sandbox.values import NotAValue, read_value, reprs_equal, values_equal
-from popula.tasks.records import REASONS, VerifyResult
 
 RunResult = dict[str, Any]
 

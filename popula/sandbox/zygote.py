@@ -732,7 +732,7 @@ def _supervise(pid, read_fd, cfg):
 def _fork():
     """fork(2) straight from libc: os.fork()'s after-fork bookkeeping (re-initialising
     thread state, locks and at-fork hooks such as random's reseed) costs about as much as
-    the fork itself on the development machine, and a job's child needs none of it: this
+    the fork itself (docs/results/design-figures.md § Sandbox pool), and a job's child needs none of it: this
     worker has one thread, holds no import lock while it forks, and the child ends with
     os._exit. Falls back to os.fork if libc's fork fails."""
     pid = _LIBC.fork()

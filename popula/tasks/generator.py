@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from popula.errors import PopulaError
-from popula.tasks.records import TASK_TYPES, TaskRecord
+from popula.records import TASK_TYPES, TaskRecord
+from popula.sandbox import Sandbox
 
 INT, STR, LIST, TUPLE, DICT = "int", "str", "list", "tuple", "dict"
 HELDOUT_NAMESPACE = "heldout"  # the stream `popula tasks` draws from; training corpora use others
@@ -571,8 +572,6 @@ def generate_tasks(
     prefix = f"{namespace}{seed}"
     if not verify:
         return _draft_tasks(rng, choose, types, prefix, 0, n)
-    from popula.sandbox import Sandbox  # the sandbox starts worker processes: import on use
-
     tasks: list[TaskRecord] = []
     made = 0
     with Sandbox(workers=workers) as sandbox:

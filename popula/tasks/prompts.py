@@ -23,7 +23,7 @@ import re
 from typing import Any, Protocol, Sequence
 
 from popula.errors import PopulaError
-from popula.tasks.records import TASK_TYPES, TaskRecord
+from popula.records import TASK_TYPES, TaskRecord
 
 K_REFERENCES = 6  # reference tasks a teacher sees (as in Absolute Zero)
 CODE_F_INPUTS = 10  # inputs a code_f proposal carries: half shown, half hidden

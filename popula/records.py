@@ -1,4 +1,4 @@
-"""Task records and verification results: the JSONL contract of DESIGN 3.2.
+"""Task records and verification results: the JSONL contract of docs/design.md § Task records.
 
 A task record is what teachers propose, what the buffer stores and what `popula verify`
 reads. Records are validated once, when they enter the program (from a file or from a
@@ -68,7 +68,7 @@ class VerifyResult:
     `correct` judges the record's answer, and is None when it has none or the task is
     invalid.
 
-    Extension of the DESIGN 3.2 line: `answer_reason` is None when the answer produced a
+    Extension of the line of docs/design.md § Task records: `answer_reason` is None when the answer produced a
     value that was compared (right or wrong), and otherwise says why it could not
     (one of REASONS: "syntax" or "forbidden" for a malformed answer, "timeout",
     "runtime_error", ... for one that failed to run); `answer_detail` explains it.
