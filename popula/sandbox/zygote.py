@@ -82,6 +82,7 @@ _INTERNAL_ERROR = 70  # exit status of a child whose own (not the task's) code f
 _DEVNULL = os.open(os.devnull, os.O_RDWR)
 _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozenset, tuple)
 _ID_BITS = (1 << 64) - 1
+_PATIENCE_S = 0.005  # see _supervise
 _HASH_BITS = (1 << 61) - 1
 
 
@@ -373,7 +374,7 @@ def _identity_builtins(variant, cfg):
     nondeterministic. Stable hashes (ints, floats, tuples of them) are CPython's own.
     Equal values keep equal hashes; live objects keep distinct ids.
     """
-    import hashlib
+    from _blake2 import blake2b  # hashlib's own; hashlib itself would load OpenSSL into the worker
 
     id_mask, hash_mask = cfg["id_mask"], cfg["hash_mask"]
     if variant % 2:
@@ -395,7 +396,7 @@ def _identity_builtins(variant, cfg):
             obj = obj.encode("utf-8", "surrogatepass")
             kind = bytes
         if kind is bytes:
-            return int.from_bytes(hashlib.blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
+            return int.from_bytes(blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
         if kind is tuple and depth < 50:
             value = 0x345678
             for item in obj:
@@ -746,19 +747,29 @@ def _blame(status, cfg):
     return _err("runtime_error", f"exited without a result (exit status {os.WEXITSTATUS(status)})")
 
 
-def _supervise(pid, read_fd, cfg):
+def _supervise(pid, read_fd, cfg, deadline):
     """The one result a job's child reports on its own pipe; kill its group at the wall
-    deadline or the size cap; blame its death if it reported nothing."""
+    deadline or the size cap; blame its death if it reported nothing.
+
+    It first waits, without touching its own memory, for the child to close its end of
+    the pipe, i.e. to exit (POLLHUP, reported whatever the mask): until then each page this
+    parent writes is shared with the child and costs a copy, after it only a cheap fault.
+    A child still running after _PATIENCE_S (a slow task, or a result bigger than the pipe
+    holds) is then read as its result comes.
+    """
     buffer, verdict = bytearray(), None
-    deadline = time.monotonic() + cfg["wall_s"]
     poller = select.poll()
-    poller.register(read_fd, select.POLLIN | select.POLLHUP)
+    poller.register(read_fd, 0)
+    patient = True
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             verdict = _err("timeout", f"killed after the wall-clock limit of {cfg['wall_s']} s")
             break
-        if not poller.poll(left * 1000):
+        if not poller.poll(min(left, _PATIENCE_S) * 1000 if patient else left * 1000):
+            if patient:
+                patient = False
+                poller.modify(read_fd, select.POLLIN)
             continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:
@@ -801,6 +812,7 @@ def _fork():
 def _run_job(job, cfg, prepared, parent_pid, parent_fd):
     """In a batch parent: fork a fresh child for one job; its result (JSON bytes)."""
     read_fd, write_fd = os.pipe()
+    deadline = time.monotonic() + cfg["wall_s"]
     pid = _fork()
     if pid == 0:
         _child(job, cfg, prepared, parent_pid, (parent_fd, read_fd), write_fd)
@@ -809,7 +821,7 @@ def _run_job(job, cfg, prepared, parent_pid, parent_fd):
         os.setpgid(pid, pid)
     except OSError:
         pass  # the child did it first, or already exited
-    return _supervise(pid, read_fd, cfg)
+    return _supervise(pid, read_fd, cfg, deadline)
 
 
 def _run_batch(jobs, cfg, prepared):
