@@ -221,11 +221,13 @@ class Sandbox:
             id_mask=self._id_mask,
             hash_mask=self._hash_mask,
         )
-        # -s -S: no site packages; the environment holds only the hash seed (no PYTHONPATH &
-        # co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
+        # -s -S: no site packages; the environment holds only the hash seed and LD_BIND_NOW (no
+        # PYTHONPATH & co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
         proc = subprocess.Popen(
             [sys.executable, "-s", "-S", str(_ZYGOTE), json.dumps(cfg)],
-            env={"PYTHONHASHSEED": str(self._seed(slot, fresh=True))},
+            # LD_BIND_NOW: the dynamic linker resolves every symbol once, in the worker, so
+            # that job children do not each resolve (and copy the pages of) their own
+            env={"PYTHONHASHSEED": str(self._seed(slot, fresh=True)), "LD_BIND_NOW": "1"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             pass_fds=(to_r, from_w),

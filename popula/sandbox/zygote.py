@@ -1,19 +1,26 @@
 """A warm sandbox worker: a small parent that forks one jailed child per job.
 
 Started by the pool as `python3 -s -S zygote.py CONFIG_JSON` with an environment that
-holds only PYTHONHASHSEED (chosen by the pool, different for every worker). It imports
-the allowed modules and every standard codec once, then loops: read a batch of jobs
-from the pool, and for each job fork a fresh child, jail it, let it run the job and
-report on a pipe made for that job alone, supervise it, collect its result; then send
-the batch's results back. It never runs task code itself, so no task can stall, crash
-or poison it.
+holds only PYTHONHASHSEED (chosen by the pool, different for every worker) and
+LD_BIND_NOW. It imports the allowed modules and the compiled code of every standard
+codec once, then loops: read a batch of jobs from the pool, and for each job fork a
+fresh child, jail it, let it run the job and report on a pipe made for that job alone,
+supervise it, collect its result; then send the batch's results back. It never runs
+task code itself, so no task can stall, crash or poison it.
 
 Why one process per job: a job that escaped every Python-level check owns its whole
 process. If it shared that process (or its result pipe) with other jobs it could forge
 their results or leave state behind for them (ABC registries, caches, patched classes).
 With a fresh child per job, the only result it can write is its own, and the next job
-starts from the worker's pristine memory. A fork from this small parent costs well
-under a millisecond; benchmarks/verifier_throughput.py measures the whole verifier.
+starts from the worker's pristine memory.
+
+What a job costs is mostly the kernel's: the fork copies the page tables of the
+worker's anonymous memory, each page the child (or its parent, while the child lives)
+writes is copied, and the exit tears it all down. So the worker is kept small (codecs
+as compiled code, no OpenSSL), the parent waits for a child's exit before it touches its
+own memory again, the child-side helpers are quickened before any fork (_warm_up), and
+the child writes as little as it can. docs/security.md has the measured cost;
+benchmarks/verifier_throughput.py measures the whole verifier.
 
 Each child, before touching task code, jails itself with the operating system (the
 security boundary; the Python policy in rules.py/policy.py is the second line):
@@ -646,6 +653,21 @@ def _encode_result(result, _string=json.encoder.encode_basestring_ascii):
     return ('{"err": ' + _string(result["err"]) + ', "detail": ' + _string(result["detail"]) + "}").encode()
 
 
+def _warm_up(prepared, cfg):
+    """Run the child-side helpers (_execute, _represent, _encode_result) here, on a program
+    of our own, until CPython 3.11 has quickened and specialised their bytecode.
+
+    A code object's warm-up counter and inline caches are written as it runs; the helpers
+    run only in job children, so each child otherwise found them cold and wrote (copied)
+    the pages that hold them. The program is a constant of this file, not task code; it
+    calls neither id() nor hash() (their per-variant counters stay untouched) and imports
+    nothing (the first input's module copies stay as built)."""
+    program = compile("def f(x, y=2.5):\n    return [x, str(x), {'a': (x, y, None, True)}]", "<warm-up>", "exec")
+    arg_code = compile("lambda: ((1,), {})", "<warm-up>", "eval").co_consts[0]
+    for i in range(64):
+        _encode_result(_execute((0, "run", program, [arg_code, arg_code], None, i % 2), prepared, cfg))
+
+
 def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
     """The life of one job's process: drop the batch parent's fds, finish the jail, run,
     report once, exit. (0-2 are /dev/null already; the batch parent holds no other fds.)"""
@@ -928,6 +950,7 @@ def main():
         return
     _load_codecs()
     prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
+    _warm_up(prepared, cfg)
     gc.collect()
     gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
     hello = {"pid": os.getpid(), "hash_probe": hash("popula hash probe"), "warnings": warnings}
