@@ -97,6 +97,23 @@ def resolve_isolation(isolation: str | None) -> str:
     return value
 
 
+def worker_config(limits: Limits, **fields: object) -> dict[str, object]:
+    """The CONFIG_JSON of a worker (zygote.py): the limits, `fields` (jail_dir, uid, in_fd,
+    out_fd, isolation, id_mask, hash_mask) and the cap on one result frame."""
+    cfg = limits.to_worker_config()
+    # a result frame bigger than this is cut off as output_too_large
+    cfg["max_result_bytes"] = 64 * 1024 + 4 * limits.max_output_chars * 64
+    cfg.update(fields)
+    return cfg
+
+
+def worker_environment(hash_seed: int) -> dict[str, str]:
+    """A worker's whole environment. LD_BIND_NOW: the dynamic linker resolves every symbol
+    once, in the worker, so that job children do not each resolve (and copy the pages of)
+    their own."""
+    return {"PYTHONHASHSEED": str(hash_seed), "LD_BIND_NOW": "1"}
+
+
 @dataclass
 class _Unit:
     """One job for a worker: a validation run (task index, run 0 or 1) or an answer run."""
@@ -209,12 +226,10 @@ class Sandbox:
     def _spawn(self, slot: int) -> _Worker:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
-        cfg = self.limits.to_worker_config()
-        cfg.update(
+        cfg = worker_config(
+            self.limits,
             jail_dir=self._jail,
             uid=self._uid_base + slot,
-            # a result frame bigger than this is cut off as output_too_large
-            max_result_bytes=64 * 1024 + 4 * self.limits.max_output_chars * 64,
             in_fd=to_r,
             out_fd=from_w,
             isolation=self.isolation,
@@ -225,9 +240,7 @@ class Sandbox:
         # PYTHONPATH & co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
         proc = subprocess.Popen(
             [sys.executable, "-s", "-S", str(_ZYGOTE), json.dumps(cfg)],
-            # LD_BIND_NOW: the dynamic linker resolves every symbol once, in the worker, so
-            # that job children do not each resolve (and copy the pages of) their own
-            env={"PYTHONHASHSEED": str(self._seed(slot, fresh=True)), "LD_BIND_NOW": "1"},
+            env=worker_environment(self._seed(slot, fresh=True)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             pass_fds=(to_r, from_w),

@@ -929,30 +929,41 @@ def _jail_problems(cfg):
     return "; ".join(problems)
 
 
-def main():
-    shift = _shift_address_space()  # noqa: F841  (kept alive for the worker's lifetime)
-    cfg = json.loads(sys.argv[1])
+def setup(cfg, warnings):
+    """Everything a worker does before its first batch, on the pool's config `cfg`:
+    (prepared, "") when the jail holds, else (None, what keeps it from being built).
+    Also used by benchmarks/sandbox_job_cost.py, which measures the jobs of such a worker."""
+    _add_stable_hash_types()
     cfg["memory_bytes"] = int(cfg["memory_mb"]) * 1024 * 1024
     cfg["cpu_s"] = max(1, math.ceil(cfg["cpu_s"]))
     cfg["chroot"] = cfg["isolation"] == "jail"
     cfg["worker_pid"] = os.getpid()
     cfg["seccomp"] = seccomp.build()
     _seccomp_installers(cfg)  # ctypes objects built before any fork
-    proto_in, proto_out = cfg["in_fd"], cfg["out_fd"]
-    for fd in (0, 1):  # stdin/stdout are /dev/null (the protocol has its own pipes)
-        os.dup2(_DEVNULL, fd)
-    warnings = []
-    _die_with_parent()
     cfg["jitter"] = _check_aslr(warnings)
     problems = _jail_problems(cfg)
     if problems:
-        _send(proto_out, json.dumps({"jail_error": problems}).encode())
-        return
+        return None, problems
     _load_codecs()
     prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
     _warm_up(prepared, cfg)
     gc.collect()
     gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
+    return prepared, ""
+
+
+def main():
+    shift = _shift_address_space()  # noqa: F841  (kept alive for the worker's lifetime)
+    cfg = json.loads(sys.argv[1])
+    proto_in, proto_out = cfg["in_fd"], cfg["out_fd"]
+    for fd in (0, 1):  # stdin/stdout are /dev/null (the protocol has its own pipes)
+        os.dup2(_DEVNULL, fd)
+    warnings = []
+    _die_with_parent()
+    prepared, problems = setup(cfg, warnings)
+    if problems:
+        _send(proto_out, json.dumps({"jail_error": problems}).encode())
+        return
     hello = {"pid": os.getpid(), "hash_probe": hash("popula hash probe"), "warnings": warnings}
     _send(proto_out, json.dumps(hello).encode())
     while True:
@@ -976,5 +987,4 @@ def _add_stable_hash_types():
 
 
 if __name__ == "__main__":
-    _add_stable_hash_types()
     main()
