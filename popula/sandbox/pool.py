@@ -3,12 +3,13 @@
     with Sandbox(workers=2, limits=Limits()) as sb:
         results = sb.verify(records)   # list[VerifyResult], same order as records
 
-Why this shape (measured on the 2-core development machine): a fresh interpreter per run
-costs ~15-25 ms; a fork from a *small* warm parent (`python3 -s -S` plus the allowed
-modules) well under 1 ms; running a typical task ~0.1 ms. So each worker (zygote.py) is
-such a small parent, and it forks one jailed child per *job* (a job is all the inputs of
-one task, or one answer): a job never shares a process, a heap or a result pipe with
-another job, so a job that escaped the Python policy can spoil only its own verdict.
+Why this shape: a fresh interpreter per run costs an order of magnitude more than a fork
+from a *small* warm parent (`python3 -s -S` plus the allowed modules), and running a
+typical task costs less than either (docs/results/sandbox-throughput/README.md has the
+figures). So each worker (zygote.py) is such a small parent, and it forks one jailed
+child per *job* (a job is all the inputs of one task, or one answer): a job never shares
+a process, a heap or a result pipe with another job, so a job that escaped the Python
+policy can spoil only its own verdict.
 Compiling and the static policy check happen once, here, while the workers run earlier
 batches; workers receive code objects in batches (one message per batch, not per job).
 Batches are handed out dynamically (a worker that meets a slow task does not hold up
