@@ -57,7 +57,6 @@ frame is its JSON hello: {"pid", "hash_probe", "warnings"} or {"jail_error": tex
 """
 
 import builtins
-import codecs
 import ctypes
 import gc
 import json
@@ -169,8 +168,8 @@ def _load_codecs():
     CJK codecs, stringprep, base64, ...), found by importing them all once in a throwaway
     child. The encodings package's own search function (normalising, aliases, caching:
     unchanged) then imports a codec module from that code, in the job's own process, the
-    first time a job asks for it: `__import__` in its namespace is shadowed by
-    _codec_import. Importing all of them here instead cost about 4 MB of the worker's
+    first time a job asks for it (`__import__` in the package's namespace is shadowed by
+    codec_import below). Importing all of them here instead cost about 4 MB of the worker's
     memory (a module, five classes and a table each), which every job's fork copied.
     """
     import encodings
