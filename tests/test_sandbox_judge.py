@@ -234,3 +234,18 @@ def test_getattr_family_treats_private_names_as_missing(sandbox):
 def test_an_oversized_answer_is_malformed_without_being_parsed(sandbox):
     [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="[" + "1, " * 20_000 + "]")])
     assert result.valid and result.correct is False and result.answer_reason == "syntax"
+
+
+def test_a_result_bigger_than_the_pipe_comes_back_whole(sandbox):
+    # eight 9,000-character outputs: more than a pipe holds, so the job's process blocks on
+    # its write until its parent stops waiting for its exit and reads (zygote._supervise)
+    inputs = [str(9_000 + i) for i in range(8)]
+    record = TaskRecord(id="f", type="code_f", program="def f(n):\n    return 'x' * n", inputs=inputs)
+    [result] = sandbox.verify([record])
+    assert result.valid and result.outputs == [repr("x" * int(n)) for n in inputs]
+
+
+def test_a_slow_job_is_read_after_the_parents_patience(sandbox):
+    program = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i % 7\n    return t"
+    [result] = sandbox.verify([_o(program, "300000")])
+    assert result.valid and result.outputs == [repr(sum(i % 7 for i in range(300000)))]

@@ -99,3 +99,27 @@ def test_plain_values_are_recognised_so_their_reprs_need_no_read_back():
     cyclic: list = []
     cyclic.append(cyclic)
     assert not is_plain(cyclic)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"ok": []},
+        {"ok": ["1", "'caf\\xe9'", "'\\ud800'", "\"a\\\"b\"", "'\\x00\\n'"]},
+        {"ok": ["'é ✓ \U0001f600'", "[1, (2.5, None)]"]},
+        {"err": "runtime_error", "detail": "ValueError: é \x00 \" \\ \ud800"},
+    ],
+)
+def test_a_childs_result_json_is_exactly_json_dumps(result):
+    # zygote._encode_result writes the JSON by hand (fewer pages touched in a job's process)
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import popula.sandbox
+
+    path = Path(popula.sandbox.__file__).with_name("zygote.py")
+    spec = importlib.util.spec_from_file_location("zygote_under_test", path)
+    zygote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zygote)
+    assert zygote._encode_result(result) == json.dumps(result).encode()

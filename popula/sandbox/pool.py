@@ -3,12 +3,13 @@
     with Sandbox(workers=2, limits=Limits()) as sb:
         results = sb.verify(records)   # list[VerifyResult], same order as records
 
-Why this shape: a fresh interpreter per run costs tens of times more than a fork from a
-*small* warm parent (`python3 -s -S` plus the allowed modules), and that fork costs more
-than running a typical task (docs/results/design-figures.md § Sandbox pool). So each worker (zygote.py) is
-such a small parent, and it forks one jailed child per *job* (a job is all the inputs of
-one task, or one answer): a job never shares a process, a heap or a result pipe with
-another job, so a job that escaped the Python policy can spoil only its own verdict.
+Why this shape: a fresh interpreter per run costs an order of magnitude more than a fork
+from a *small* warm parent (`python3 -s -S` plus the allowed modules), and running a
+typical task costs less than either (docs/results/sandbox-throughput/README.md has the
+figures). So each worker (zygote.py) is such a small parent, and it forks one jailed
+child per *job* (a job is all the inputs of one task, or one answer): a job never shares
+a process, a heap or a result pipe with another job, so a job that escaped the Python
+policy can spoil only its own verdict.
 Compiling and the static policy check happen once, here, while the workers run earlier
 batches; workers receive code objects in batches (one message per batch, not per job).
 Batches are handed out dynamically (a worker that meets a slow task does not hold up
@@ -95,6 +96,23 @@ def resolve_isolation(isolation: str | None) -> str:
     if value not in ISOLATIONS:
         raise PopulaError(f"sandbox isolation must be one of {', '.join(ISOLATIONS)}, got {value!r}")
     return value
+
+
+def worker_config(limits: Limits, **fields: object) -> dict[str, object]:
+    """The CONFIG_JSON of a worker (zygote.py): the limits, `fields` (jail_dir, uid, in_fd,
+    out_fd, isolation, id_mask, hash_mask) and the cap on one result frame."""
+    cfg = limits.to_worker_config()
+    # a result frame bigger than this is cut off as output_too_large
+    cfg["max_result_bytes"] = 64 * 1024 + 4 * limits.max_output_chars * 64
+    cfg.update(fields)
+    return cfg
+
+
+def worker_environment(hash_seed: int) -> dict[str, str]:
+    """A worker's whole environment. LD_BIND_NOW: the dynamic linker resolves every symbol
+    once, in the worker, so that job children do not each resolve (and copy the pages of)
+    their own."""
+    return {"PYTHONHASHSEED": str(hash_seed), "LD_BIND_NOW": "1"}
 
 
 @dataclass
@@ -209,23 +227,21 @@ class Sandbox:
     def _spawn(self, slot: int) -> _Worker:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
-        cfg = self.limits.to_worker_config()
-        cfg.update(
+        cfg = worker_config(
+            self.limits,
             jail_dir=self._jail,
             uid=self._uid_base + slot,
-            # a result frame bigger than this is cut off as output_too_large
-            max_result_bytes=64 * 1024 + 4 * self.limits.max_output_chars * 64,
             in_fd=to_r,
             out_fd=from_w,
             isolation=self.isolation,
             id_mask=self._id_mask,
             hash_mask=self._hash_mask,
         )
-        # -s -S: no site packages; the environment holds only the hash seed (no PYTHONPATH &
-        # co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
+        # -s -S: no site packages; the environment holds only the hash seed and LD_BIND_NOW (no
+        # PYTHONPATH & co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
         proc = subprocess.Popen(
             [sys.executable, "-s", "-S", str(_ZYGOTE), json.dumps(cfg)],
-            env={"PYTHONHASHSEED": str(self._seed(slot, fresh=True))},
+            env=worker_environment(self._seed(slot, fresh=True)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             pass_fds=(to_r, from_w),

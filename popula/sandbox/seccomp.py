@@ -18,7 +18,7 @@ network namespace instead (see zygote.py).
 """
 
 import ctypes
-import platform
+import os
 import struct
 
 PR_SET_NO_NEW_PRIVS = 38
@@ -90,7 +90,7 @@ def build_batch_parent():
 
 def build_job_addition():
     """The filter a job's child stacks on the batch parent's: BATCH_PARENT_NEEDS only."""
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _DENIED:
         return None
     return build(frozenset(_DENIED[machine][1]) - BATCH_PARENT_NEEDS)
@@ -99,7 +99,7 @@ def build_job_addition():
 def build(exempt=frozenset()):
     """The filter program as bytes (denying everything listed except the `exempt` names),
     or None on an architecture this file does not know."""
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _DENIED:
         return None
     arch, table = _DENIED[machine]

@@ -1,19 +1,26 @@
 """A warm sandbox worker: a small parent that forks one jailed child per job.
 
 Started by the pool as `python3 -s -S zygote.py CONFIG_JSON` with an environment that
-holds only PYTHONHASHSEED (chosen by the pool, different for every worker). It imports
-the allowed modules and every standard codec once, then loops: read a batch of jobs
-from the pool, and for each job fork a fresh child, jail it, let it run the job and
-report on a pipe made for that job alone, supervise it, collect its result; then send
-the batch's results back. It never runs task code itself, so no task can stall, crash
-or poison it.
+holds only PYTHONHASHSEED (chosen by the pool, different for every worker) and
+LD_BIND_NOW. It imports the allowed modules and the compiled code of every standard
+codec once, then loops: read a batch of jobs from the pool, and for each job fork a
+fresh child, jail it, let it run the job and report on a pipe made for that job alone,
+supervise it, collect its result; then send the batch's results back. It never runs
+task code itself, so no task can stall, crash or poison it.
 
 Why one process per job: a job that escaped every Python-level check owns its whole
 process. If it shared that process (or its result pipe) with other jobs it could forge
 their results or leave state behind for them (ABC registries, caches, patched classes).
 With a fresh child per job, the only result it can write is its own, and the next job
-starts from the worker's pristine memory. A fork from this small parent costs well
-under a millisecond; benchmarks/verifier_throughput.py measures the whole verifier.
+starts from the worker's pristine memory.
+
+What a job costs is mostly the kernel's: the fork copies the page tables of the
+worker's anonymous memory, each page the child (or its parent, while the child lives)
+writes is copied, and the exit tears it all down. So the worker is kept small (codecs
+as compiled code, no OpenSSL), the parent waits for a child's exit before it touches its
+own memory again, the child-side helpers are quickened before any fork (_warm_up), and
+the child writes as little as it can. docs/security.md has the measured cost;
+benchmarks/verifier_throughput.py measures the whole verifier.
 
 Each child, before touching task code, jails itself with the operating system (the
 security boundary; the Python policy in rules.py/policy.py is the second line):
@@ -50,7 +57,6 @@ frame is its JSON hello: {"pid", "hash_probe", "warnings"} or {"jail_error": tex
 """
 
 import builtins
-import codecs
 import ctypes
 import gc
 import json
@@ -58,7 +64,6 @@ import marshal
 import math
 import mmap
 import os
-import pkgutil
 import resource
 import select
 import signal
@@ -83,6 +88,7 @@ _INTERNAL_ERROR = 70  # exit status of a child whose own (not the task's) code f
 _DEVNULL = os.open(os.devnull, os.O_RDWR)
 _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozenset, tuple)
 _ID_BITS = (1 << 64) - 1
+_PATIENCE_S = 0.005  # see _supervise
 _HASH_BITS = (1 << 61) - 1
 
 
@@ -155,21 +161,70 @@ def _freeze_class(cls, warnings):
 
 
 def _load_codecs():
-    """Import every standard codec now: inside the chroot, encodings cannot be imported.
+    """Make every standard codec findable inside the jail, where nothing can be imported.
 
-    codecs.lookup caches each codec it finds (and encodings caches its aliases), so a job's
-    'x'.encode('cp1252') or b'..'.decode('shift_jis') finds it in memory.
+    The worker keeps each codec module of the encodings package as its compiled code
+    (marshal bytes) and really imports only what those modules import themselves (the C
+    CJK codecs, stringprep, base64, ...), found by importing them all once in a throwaway
+    child. The encodings package's own search function (normalising, aliases, caching:
+    unchanged) then imports a codec module from that code, in the job's own process, the
+    first time a job asks for it (`__import__` in the package's namespace is shadowed by
+    codec_import below). Importing all of them here instead cost about 4 MB of the worker's
+    memory (a module, five classes and a table each), which every job's fork copied.
     """
     import encodings
-    import encodings.aliases
+    import importlib.machinery
 
-    names = {m.name for m in pkgutil.iter_modules(encodings.__path__)} | set(encodings.aliases.aliases)
-    names |= set(encodings.aliases.aliases.values())
-    for name in sorted(names):
+    names = sorted(f[:-3] for f in os.listdir(encodings.__path__[0]) if f.endswith(".py") and f != "__init__.py")
+    code = {}
+    for name in names:
+        spec = importlib.machinery.PathFinder.find_spec(f"encodings.{name}", encodings.__path__)
+        if spec is not None and spec.loader is not None:
+            code[f"encodings.{name}"] = marshal.dumps(spec.loader.get_code(spec.name))
+    for name in _codec_dependencies(names):
+        __import__(name)
+    real_import = builtins.__import__
+
+    def codec_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name not in sys.modules and name in code:
+            module = types.ModuleType(name)
+            sys.modules[name] = module
+            try:
+                exec(marshal.loads(code[name]), vars(module))
+            except BaseException:
+                del sys.modules[name]
+                raise
+            setattr(encodings, name.rpartition(".")[2], module)
+            return module if fromlist else encodings
+        return real_import(name, globals, locals, fromlist, level)
+
+    encodings.__import__ = codec_import
+
+
+def _codec_dependencies(names):
+    """The modules (other than codecs themselves) that importing every codec imports, found
+    in a forked child so that the worker keeps none of the codec modules themselves."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
         try:
-            codecs.lookup(name)
-        except (LookupError, ImportError, AttributeError):
-            pass  # not a codec (aliases module, platform-only codecs such as mbcs)
+            os.close(read_fd)
+            before = set(sys.modules)
+            for name in names:
+                try:
+                    __import__(f"encodings.{name}")
+                except (ImportError, AttributeError):
+                    pass  # platform-only codecs (mbcs, oem)
+            new = sorted(m for m in set(sys.modules) - before if not m.startswith("encodings."))
+            _send(write_fd, json.dumps(new).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    header = _read_exact(read_fd, _FRAME.size)
+    body = header and _read_exact(read_fd, _FRAME.unpack(header)[0])
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return json.loads(body) if body else []
 
 
 class _Submodule:
@@ -325,7 +380,7 @@ def _identity_builtins(variant, cfg):
     nondeterministic. Stable hashes (ints, floats, tuples of them) are CPython's own.
     Equal values keep equal hashes; live objects keep distinct ids.
     """
-    import hashlib
+    from _blake2 import blake2b  # hashlib's own; hashlib itself would load OpenSSL into the worker
 
     id_mask, hash_mask = cfg["id_mask"], cfg["hash_mask"]
     if variant % 2:
@@ -347,7 +402,7 @@ def _identity_builtins(variant, cfg):
             obj = obj.encode("utf-8", "surrogatepass")
             kind = bytes
         if kind is bytes:
-            return int.from_bytes(hashlib.blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
+            return int.from_bytes(blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
         if kind is tuple and depth < 50:
             value = 0x345678
             for item in obj:
@@ -588,6 +643,30 @@ def _execute(job, prepared, cfg):
         return {"err": "runtime_error", "detail": _describe(err)}
 
 
+def _encode_result(result, _string=json.encoder.encode_basestring_ascii):
+    """The JSON bytes of a result dict ({"ok": [text, ...]} or {"err": reason, "detail": text}),
+    written directly with the C string encoder: json.dumps builds an encoder object per call
+    and touches dozens of the worker's pages, each one a copy-on-write fault in a job's child."""
+    if "ok" in result:
+        return ('{"ok": [' + ", ".join(map(_string, result["ok"])) + "]}").encode()
+    return ('{"err": ' + _string(result["err"]) + ', "detail": ' + _string(result["detail"]) + "}").encode()
+
+
+def _warm_up(prepared, cfg):
+    """Run the child-side helpers (_execute, _represent, _encode_result) here, on a program
+    of our own, until CPython 3.11 has quickened and specialised their bytecode.
+
+    A code object's warm-up counter and inline caches are written as it runs; the helpers
+    run only in job children, so each child otherwise found them cold and wrote (copied)
+    the pages that hold them. The program is a constant of this file, not task code; it
+    calls neither id() nor hash() (their per-variant counters stay untouched) and imports
+    nothing (the first input's module copies stay as built)."""
+    program = compile("def f(x, y=2.5):\n    return [x, str(x), {'a': (x, y, None, True)}]", "<warm-up>", "exec")
+    arg_code = compile("lambda: ((1,), {})", "<warm-up>", "eval").co_consts[0]
+    for i in range(64):
+        _encode_result(_execute((0, "run", program, [arg_code, arg_code], None, i % 2), prepared, cfg))
+
+
 def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
     """The life of one job's process: drop the batch parent's fds, finish the jail, run,
     report once, exit. (0-2 are /dev/null already; the batch parent holds no other fds.)"""
@@ -600,7 +679,7 @@ def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
         result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
         try:
-            data = json.dumps(result).encode()
+            data = _encode_result(result)
         except BaseException:
             data = b'{"err": "unrepresentable", "detail": "result could not be encoded"}'
         _send(write_fd, data)
@@ -689,19 +768,29 @@ def _blame(status, cfg):
     return _err("runtime_error", f"exited without a result (exit status {os.WEXITSTATUS(status)})")
 
 
-def _supervise(pid, read_fd, cfg):
+def _supervise(pid, read_fd, cfg, deadline):
     """The one result a job's child reports on its own pipe; kill its group at the wall
-    deadline or the size cap; blame its death if it reported nothing."""
+    deadline or the size cap; blame its death if it reported nothing.
+
+    It first waits, without touching its own memory, for the child to close its end of
+    the pipe, i.e. to exit (POLLHUP, reported whatever the mask): until then each page this
+    parent writes is shared with the child and costs a copy, after it only a cheap fault.
+    A child still running after _PATIENCE_S (a slow task, or a result bigger than the pipe
+    holds) is then read as its result comes.
+    """
     buffer, verdict = bytearray(), None
-    deadline = time.monotonic() + cfg["wall_s"]
     poller = select.poll()
-    poller.register(read_fd, select.POLLIN | select.POLLHUP)
+    poller.register(read_fd, 0)
+    patient = True
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             verdict = _err("timeout", f"killed after the wall-clock limit of {cfg['wall_s']} s")
             break
-        if not poller.poll(left * 1000):
+        if not poller.poll(min(left, _PATIENCE_S) * 1000 if patient else left * 1000):
+            if patient:
+                patient = False
+                poller.modify(read_fd, select.POLLIN)
             continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:
@@ -744,6 +833,7 @@ def _fork():
 def _run_job(job, cfg, prepared, parent_pid, parent_fd):
     """In a batch parent: fork a fresh child for one job; its result (JSON bytes)."""
     read_fd, write_fd = os.pipe()
+    deadline = time.monotonic() + cfg["wall_s"]
     pid = _fork()
     if pid == 0:
         _child(job, cfg, prepared, parent_pid, (parent_fd, read_fd), write_fd)
@@ -752,7 +842,7 @@ def _run_job(job, cfg, prepared, parent_pid, parent_fd):
         os.setpgid(pid, pid)
     except OSError:
         pass  # the child did it first, or already exited
-    return _supervise(pid, read_fd, cfg)
+    return _supervise(pid, read_fd, cfg, deadline)
 
 
 def _run_batch(jobs, cfg, prepared):
@@ -838,29 +928,41 @@ def _jail_problems(cfg):
     return "; ".join(problems)
 
 
-def main():
-    shift = _shift_address_space()  # noqa: F841  (kept alive for the worker's lifetime)
-    cfg = json.loads(sys.argv[1])
+def setup(cfg, warnings):
+    """Everything a worker does before its first batch, on the pool's config `cfg`:
+    (prepared, "") when the jail holds, else (None, what keeps it from being built).
+    Also used by benchmarks/sandbox_job_cost.py, which measures the jobs of such a worker."""
+    _add_stable_hash_types()
     cfg["memory_bytes"] = int(cfg["memory_mb"]) * 1024 * 1024
     cfg["cpu_s"] = max(1, math.ceil(cfg["cpu_s"]))
     cfg["chroot"] = cfg["isolation"] == "jail"
     cfg["worker_pid"] = os.getpid()
     cfg["seccomp"] = seccomp.build()
     _seccomp_installers(cfg)  # ctypes objects built before any fork
+    cfg["jitter"] = _check_aslr(warnings)
+    problems = _jail_problems(cfg)
+    if problems:
+        return None, problems
+    _load_codecs()
+    prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
+    _warm_up(prepared, cfg)
+    gc.collect()
+    gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
+    return prepared, ""
+
+
+def main():
+    shift = _shift_address_space()  # noqa: F841  (kept alive for the worker's lifetime)
+    cfg = json.loads(sys.argv[1])
     proto_in, proto_out = cfg["in_fd"], cfg["out_fd"]
     for fd in (0, 1):  # stdin/stdout are /dev/null (the protocol has its own pipes)
         os.dup2(_DEVNULL, fd)
     warnings = []
     _die_with_parent()
-    cfg["jitter"] = _check_aslr(warnings)
-    problems = _jail_problems(cfg)
+    prepared, problems = setup(cfg, warnings)
     if problems:
         _send(proto_out, json.dumps({"jail_error": problems}).encode())
         return
-    _load_codecs()
-    prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
-    gc.collect()
-    gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
     hello = {"pid": os.getpid(), "hash_probe": hash("popula hash probe"), "warnings": warnings}
     _send(proto_out, json.dumps(hello).encode())
     while True:
@@ -884,5 +986,4 @@ def _add_stable_hash_types():
 
 
 if __name__ == "__main__":
-    _add_stable_hash_types()
     main()
