@@ -8,7 +8,9 @@ adapter is refused by name and the engine keeps serving the others.
 
 from __future__ import annotations
 
+import io
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,9 +202,20 @@ def test_bad_requests_are_refused_naming_the_request(engine):
         create_engine("tensorflow", "x", max_adapters=1, max_rank=1)
 
 
-def test_progress_bar_reports_samples_without_changing_them(engine, capsys):
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_reports_samples_on_a_terminal_without_changing_them(engine, monkeypatch):
     reqs = [GenerationRequest(PROMPTS[3], n=3, max_tokens=4, seed=11)]
     quiet = engine.generate(reqs)
+    monkeypatch.setattr(sys, "stderr", Terminal())
     shown = engine.generate(reqs, progress=True)
     assert shown[0].samples == quiet[0].samples
-    assert "3/3" in capsys.readouterr().err
+    assert "3/3" in sys.stderr.getvalue()
+
+
+def test_progress_bar_stays_out_of_a_log_file(engine, capsys):
+    engine.generate([GenerationRequest(PROMPTS[3], n=3, max_tokens=4, seed=11)], progress=True)
+    assert "generate (torch)" not in capsys.readouterr().err  # stderr is not a terminal here

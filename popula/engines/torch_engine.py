@@ -158,7 +158,8 @@ class TorchEngine:
         bar = None
         if progress:
             from tqdm import tqdm
-            bar = tqdm(total=sum(r.n for r in requests), desc="generate (torch)", unit="sample")
+            # disable=None: drawn on a terminal only; in a log file its redraws are carriage-return noise.
+            bar = tqdm(total=sum(r.n for r in requests), desc="generate (torch)", unit="sample", disable=None)
         # A shared model may be set up for training (e.g. the learner's "gather" kernel on CPU);
         # generation always decodes with the kernel an engine of its own would use.
         kernels = self.model.set_kernel("auto")

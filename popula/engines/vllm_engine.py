@@ -39,6 +39,7 @@ an `if __name__ == "__main__":` guard.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -188,7 +189,7 @@ class VLLMEngine:
             [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests],
             [self._sampling_params(r) for r in requests],
             lora_request=[self._lora_request(r.adapter) for r in requests],
-            use_tqdm=progress,
+            use_tqdm=progress and sys.stderr.isatty(),  # a bar in a log file is carriage-return noise
         )
         return [GenerationResult(request, [self._sample(i, c) for c in sorted(out.outputs, key=lambda c: c.index)])
                 for i, (request, out) in enumerate(zip(requests, outputs, strict=True))]
