@@ -9,6 +9,7 @@ its file); and the memory of a run holds one copy of the base, measured, not ass
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -102,7 +103,11 @@ def make_base(path: Path, hidden: int, layers: int) -> Path:
 
 
 def probe(base: Path, mode: str) -> dict:
-    out = subprocess.run([sys.executable, str(PROBE), str(base), mode], capture_output=True, text=True, timeout=600)
+    # A script's sys.path starts at its own directory: the checkout goes on PYTHONPATH, so the
+    # probe imports this tree's popula whether or not (or wherever) the package is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROBE.parent.parent), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, str(PROBE), str(base), mode], capture_output=True, text=True, timeout=600,
+                         env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
