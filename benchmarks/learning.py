@@ -61,7 +61,22 @@ class Job:
 
     name: str
     argv: list[str]
-    log: Path
+    log: Path  # stderr, and stdout unless `stdout` is given
+    stdout: Path | None = None  # an evaluation's JSON report
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model scored on the held-out tasks: the bare base, or an adapter of one run."""
+
+    label: str  # "base", or the RUNS label of the run
+    seed: int | None  # the run's seed; None for the bare base
+    spec: str  # what `popula eval` takes: a run directory or the base model
+    adapter: str | None = None
+
+    @property
+    def file_name(self) -> str:
+        return "base.json" if self.seed is None else f"{self.label}-s{self.seed}-{self.adapter}.json"
 
 
 def main() -> None:
@@ -100,14 +115,14 @@ def main() -> None:
     curves = {label: [read_metrics(run_dirs[label, seed] / "metrics.jsonl") for seed in args.seeds] for label in RUNS}
 
     base_model = _base_model(run_dirs[next(iter(run_dirs))])
-    targets = [("base", None, base_model, None)]
+    targets = [Target("base", None, base_model)]
     for (label, seed), d in run_dirs.items():
         names = [m.name for m in League.load(d / "league.json").ranked("student")] if label == "population" \
             else [best_student(d)]
-        targets += [(label, seed, str(d), name) for name in names]
+        targets += [Target(label, seed, str(d), name) for name in names]
     scores_dir = args.out / "scores"
     scores_dir.mkdir(exist_ok=True)
-    evals = {t: scores_dir / _score_name(*t) for t in targets}
+    evals = {t: scores_dir / t.file_name for t in targets}
     run_all([_eval_job(args, heldout, t, path) for t, path in evals.items() if not _complete(path)], args.jobs)
     reports = {t: json.loads(path.read_text()) for t, path in evals.items()}
 
@@ -128,16 +143,12 @@ def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -
     return Job(f"train {run_dir.name}", argv, run_dir.parent / f"{run_dir.name}.log")
 
 
-def _eval_job(args: argparse.Namespace, heldout: Path, target: tuple, out: Path) -> Job:
-    _, _, spec, adapter = target
-    argv = [sys.executable, "-m", "popula", "eval", spec, "--tasks", str(heldout), "--samples", str(args.samples),
-            "--temperature", str(args.temperature), "--max-tokens", str(args.max_tokens), "--json"]
-    argv += ["--adapter", adapter] if adapter else []
-    return Job(f"eval {out.stem}", argv, out.with_suffix(".log"))
-
-
-def _score_name(label: str, seed: int | None, spec: str, adapter: str | None) -> str:
-    return "base.json" if seed is None else f"{label}-s{seed}-{adapter}.json"
+def _eval_job(args: argparse.Namespace, heldout: Path, target: Target, out: Path) -> Job:
+    argv = [sys.executable, "-m", "popula", "eval", target.spec, "--tasks", str(heldout),
+            "--samples", str(args.samples), "--temperature", str(args.temperature),
+            "--max-tokens", str(args.max_tokens), "--json"]
+    argv += ["--adapter", target.adapter] if target.adapter else []
+    return Job(f"eval {out.stem}", argv, out.with_suffix(".log"), stdout=out)
 
 
 def _complete(path: Path) -> bool:
@@ -154,8 +165,8 @@ def _base_model(run_dir: Path) -> str:
 def run_all(jobs: list[Job], parallel: int) -> None:
     """Run the jobs as subprocesses, `parallel` at a time, each with an equal share of the cores.
 
-    An evaluation's stdout (its JSON report) goes to the job's `.json` file; everything else
-    to its log. A failed job stops the benchmark with the log's name: its figures would be
+    A job's stdout goes to its `stdout` file when it has one (an evaluation's JSON report),
+    everything else to its log. A failed job stops the benchmark with the log's name: its figures would be
     missing from the table.
     """
     threads = max(1, (os.cpu_count() or 1) // parallel)
@@ -165,7 +176,7 @@ def run_all(jobs: list[Job], parallel: int) -> None:
         while pending and len(running) < parallel:
             job = pending.pop(0)
             log = job.log.open("w")
-            stdout = job.log.with_suffix(".json").open("w") if job.name.startswith("eval") else log
+            stdout = job.stdout.open("w") if job.stdout else log
             print(f"[{time.strftime('%H:%M:%S')}] start {job.name} (log: {job.log})", flush=True)
             running.append((job, subprocess.Popen(job.argv, stdout=stdout, stderr=log, env=env, cwd=ROOT),
                             time.monotonic()))
@@ -196,17 +207,18 @@ def _window(rows: list[dict], key: str, last: bool) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _summarize(args: argparse.Namespace, reports: dict[tuple, dict], run_dirs: dict[tuple, Path],
+def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: dict[tuple[str, int], Path],
                curves: dict[str, list[list[dict]]]) -> dict:
-    base = _pass(reports[next(t for t in reports if t[0] == "base")])
+    base = _pass(next(r for t, r in reports.items() if t.seed is None))
     out: dict = {"seeds": args.seeds, "heldout": {"tasks": args.heldout, "seed": args.heldout_seed,
                                                   "samples": args.samples, "temperature": args.temperature,
                                                   "max_tokens": args.max_tokens}}
     picked: dict[str, list[dict]] = {"base": [base], "single": [], "population": [], "weakest": []}
     students_above_base = []
     for (label, seed), run_dir in run_dirs.items():
-        mine = {t[3]: _pass(r) for t, r in reports.items() if t[0] == label and t[1] == seed}
-        picked[label].append({**mine[best_student(run_dir)], "model": f"{run_dir.name}/{best_student(run_dir)}"})
+        mine = {t.adapter: _pass(r) for t, r in reports.items() if (t.label, t.seed) == (label, seed)}
+        best = best_student(run_dir)
+        picked[label].append({**mine[best], "model": f"{run_dir.name}/{best}"})
         if label == "population":
             weakest = min(mine, key=lambda n: mine[n]["pass1"])
             picked["weakest"].append({**mine[weakest], "model": f"{run_dir.name}/{weakest}"})
