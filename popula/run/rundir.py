@@ -132,7 +132,7 @@ def _names_live_process(text: str) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # it exists, under another user
     return True
 
 
