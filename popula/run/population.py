@@ -34,7 +34,7 @@ from popula.model.base import resolve_base_model
 from popula.run.buffer import TaskBuffer
 from popula.run.checkpoint import Checkpoints
 from popula.run.metrics import MetricsLog, summary_line
-from popula.run.rundir import GracefulStop, prepare_run_dir
+from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
 from popula.run.workers import build_workers, reserve_workers
@@ -316,11 +316,12 @@ class PopulationRun:
         return evolved
 
     def close(self) -> None:
-        try:
-            self.metrics.close()
-            self.workers.close()
-        finally:
-            self.lock.release()
+        with uninterruptible():
+            try:
+                self.metrics.close()
+                self.workers.close()
+            finally:
+                self.lock.release()
 
 
 def _seed_everything(seed: int) -> None:

@@ -576,12 +576,19 @@ def _wait_started(named: Mapping[str, Any], log: Callable[[str], None]) -> None:
 
 @dataclass
 class RayReservation:
-    """The run's placement group and the asks it holds; removing it frees the cluster's resources."""
+    """The run's placement group and the asks it holds; removing it frees the cluster's resources.
+
+    `owns_cluster`: this run started the local cluster, so releasing also shuts it down, here
+    and waiting for its processes, rather than in Ray's atexit hook, which a second Ctrl-C
+    interrupts half-way and leaves the raylet's agents orphaned."""
 
     group: Any
     asks: list[Ask]
+    owns_cluster: bool = False
 
     def release(self) -> None:
+        import ray
+
         if self.group is not None:
             from ray.util.placement_group import remove_placement_group
 
@@ -590,6 +597,9 @@ class RayReservation:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to free
                 pass
+        if self.owns_cluster:
+            self.owns_cluster = False
+            ray.shutdown(wait_for_processes=True)
 
 
 def reserve(cfg: Config, log: Callable[[str], None] = print) -> RayReservation:
@@ -601,7 +611,7 @@ def reserve(cfg: Config, log: Callable[[str], None] = print) -> RayReservation:
 
     local = connect(cfg)
     asks = actor_asks(cfg, float(ray.cluster_resources().get("CPU", 0)) if local else None)
-    return RayReservation(place(cfg, asks, log), asks)
+    return RayReservation(place(cfg, asks, log), asks, owns_cluster=local)
 
 
 def build_ray(cfg: Config, base_path: str | Path, n_adapters: int, reservation: RayReservation | None = None,

@@ -21,10 +21,12 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -201,6 +203,20 @@ def _diff(a: Any, b: Any, prefix: str = "") -> set[str]:
             keys |= _diff(a.get(key), b.get(key), f"{prefix}{key}.")
         return keys
     return set() if a == b else {prefix.rstrip(".")}
+
+
+@contextmanager
+def uninterruptible() -> Iterator[None]:
+    """Ctrl-C ignored for the duration: a teardown cut short by a second Ctrl-C would leave
+    Ray processes and sandbox workers running with no owner. (SIGKILL still stops everything.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class GracefulStop:
