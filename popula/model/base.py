@@ -25,7 +25,7 @@ from typing import Any
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
 from popula.evaluate import EvalSettings, evaluate
-from popula.model import registry
+from popula.model import coldstart, registry
 from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.recipe import TinyRecipe
 from popula.model.registry import cache_root
@@ -165,7 +165,8 @@ def heldout_pass1(model_dir: Path, n: int, *, seed: int, workers: int = 2) -> di
 
 def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress: bool = True) -> Path | str:
     """Where a base model lives: `tiny` (built if missing), a registry name (fetched and
-    converted if missing, see popula/model/registry.py), a `.gguf` file (converted once), a
+    converted if missing, see popula/model/registry.py), `NAME+coldstart` (that registry model
+    after Popula's supervised warm-up, built once: popula/model/coldstart.py), a `.gguf` file (converted once), a
     local directory, or a hub id.
 
     A spec that looks like a path (starts with `/`, `.` or `~`, or exists) must be a readable
@@ -181,6 +182,8 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         return path
     if spec in registry.MODELS:
         return registry.ensure_model(spec, progress=progress)
+    if coldstart.is_coldstart_spec(spec):
+        return coldstart.ensure_coldstart(spec, progress=progress)
     if spec.lower().endswith(".gguf"):
         return registry.convert_local_gguf(spec, progress=progress)
     looks_local = spec.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(spec))
@@ -194,7 +197,7 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
             raise PopulaError(f"base_model {spec!r}: {path / 'config.json'} is not readable")
         return path
     if spec.count("/") != 1 or not all(spec.split("/")):
-        raise PopulaError(f"base_model {spec!r}: expected `tiny`, a registry model ({', '.join(sorted(registry.MODELS))}), a .gguf file, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
+        raise PopulaError(f"base_model {spec!r}: expected `tiny`, a registry model ({', '.join(sorted(registry.MODELS))}, each also as NAME+coldstart), a .gguf file, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
     return spec
 
 

