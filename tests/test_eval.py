@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -382,3 +384,15 @@ def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_pa
     assert [(t.id, t.answered, t.correct) for t in via["vllm"].per_task] == \
         [(t.id, t.answered, t.correct) for t in via["torch"].per_task]
     assert via["vllm"].overall.pass_at_1 == pytest.approx(2 / 3)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_eval_json_on_the_vllm_engine_prints_nothing_but_the_json_object(run_dir, tmp_path):
+    pytest.importorskip("vllm")
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    done = subprocess.run([sys.executable, "-m", "popula", "eval", str(run_dir), "--tasks", str(tasks),
+                           "--engine", "vllm", "--workers", "1", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)  # the whole of stdout: vLLM's own logs went to stderr
+    assert report["engine"] == "vllm" and report["adapter"] == "S1"

@@ -137,6 +137,9 @@ class VLLMEngine:
                  kv_cache_gib: float | None = None, gpu_memory_utilization: float = 0.9,
                  max_num_seqs: int | None = None, enforce_eager: bool = False,
                  vllm_kwargs: dict[str, Any] | None = None) -> None:
+        # vLLM logs to stdout unless told otherwise, and its engine process inherits this
+        # environment; Popula's stdout carries results (`popula eval --json`), so logs go to stderr.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         from vllm import LLM
         from vllm.platforms import current_platform
 
