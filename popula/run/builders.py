@@ -6,6 +6,12 @@ all get their parts here, so the device, precision, LoRA slots, engine settings 
 isolation of a run cannot drift between the paths that use them. Where the parts run is
 decided one level up (`popula/run/workers.py`).
 
+Left to their layer's own constructor, on purpose: code below `popula/run` that has no run
+config (the tiny base's build and its held-out score, task generation, `popula verify`), and
+the benchmarks that measure one layer alone with options no config carries
+(`multilora_generation.py`, `smollm2_formats.py`, `verifier_throughput.py`, `tiny_base.py`,
+and the shared verification sandbox of the step benchmarks).
+
 Device and precision come from the config's `runtime` section, resolved once for the
 engine and the learner together (`popula.runtime`): the learner trains against the
 log-probabilities the engine sampled, so both must compute in the same precision.
