@@ -2,8 +2,8 @@
 
 The local `PopulationLearner` and the Ray proxy (`popula.run.ray_workers.RayLearner`, the
 learner actor) both satisfy it. The Ray proxy's methods are built from this Protocol's
-(`popula.run.ray_workers.forward`), so a method added here and not to the proxy fails at
-import, not in the middle of a run. Importing this module loads no torch.
+(`popula.run.ray_workers.forward`: same signatures, one line each); a member added here and
+not there fails tests/test_interfaces.py. Importing this module loads no torch.
 """
 
 from __future__ import annotations
