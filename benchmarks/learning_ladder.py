@@ -29,10 +29,9 @@ configure_waits()  # before torch loads
 import numpy as np  # noqa: E402
 
 from popula.config import load_config  # noqa: E402
-from popula.engines import create_engine  # noqa: E402
 from popula.model.base import resolve_base_model  # noqa: E402
+from popula.run.builders import build_engine, build_sandbox, runtime_of  # noqa: E402
 from popula.run.ladder import Ladder  # noqa: E402
-from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,10 +54,11 @@ def main() -> None:
     figures: dict[str, dict] = {}
     for rung_name in args.rungs:
         start = time.monotonic()
-        engine = create_engine(cfg.engine, base, max_adapters=2, max_rank=cfg.lora.rank, seed=cfg.seed)
+        runtime = runtime_of(cfg)
+        engine = build_engine(cfg, base, runtime, max_adapters=2)
         try:
-            with Sandbox(workers=cfg.sandbox.workers) as sandbox, tempfile.TemporaryDirectory() as work:
-                ladder = Ladder(cfg, base, Path(work), engine=engine, sandbox=sandbox)
+            with build_sandbox(cfg) as sandbox, tempfile.TemporaryDirectory() as work:
+                ladder = Ladder(cfg, base, Path(work), engine=engine, sandbox=sandbox, runtime=runtime)
                 if rung_name == "student":
                     tasks = generate_tasks(args.tasks, args.seed, namespace="ladder")
                     rung = ladder.student_rung(tasks, args.steps)

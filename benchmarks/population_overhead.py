@@ -60,7 +60,7 @@ from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.learner import PopulationLearner, Rollout
 from popula.rewards import solve_rate, student_reward, teacher_reward
-from popula.run.workers import build_engine, build_learner
+from popula.run.builders import build_engine, build_learner
 from popula.runtime import Runtime
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks

@@ -25,7 +25,7 @@ from popula.evaluate import EvalReport, EvalSettings, context_limit, evaluate
 from popula.league import League
 from popula.model.base import resolve_base_model
 from popula.run.rundir import member_adapter
-from popula.run.workers import build_engine, build_sandbox, runtime_of
+from popula.run.builders import build_engine, build_sandbox, runtime_of
 from popula.records import read_records
 
 

@@ -24,7 +24,6 @@ HumanEval's pass@k numbers are usually quoted at.
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,7 @@ from popula.adapters import AdapterRef
 from popula.engines.base import Engine, GenerationRequest
 from popula.errors import PopulaError
 from popula.records import TASK_TYPES, TaskRecord
+from popula.sandbox import SandboxPool
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 GREEDY_TEMPERATURE = 0.0  # default for one sample per task
@@ -130,7 +130,7 @@ def summarize(scores: Sequence[TaskScore], k: int) -> tuple[GroupScore, dict[str
 # Sandbox steps
 
 
-def prepare_tasks(records: Sequence[TaskRecord], sandbox: Any) -> tuple[list[TaskRecord], Counter[str]]:
+def prepare_tasks(records: Sequence[TaskRecord], sandbox: SandboxPool) -> tuple[list[TaskRecord], Counter[str]]:
     """Tasks ready to pose: outputs filled by the sandbox where missing, invalid ones dropped.
 
     Returns (ready tasks, count of dropped tasks by rejection reason). Answers in the file
@@ -158,7 +158,7 @@ def _without_answer(record: TaskRecord) -> TaskRecord:
     return clone
 
 
-def judge(tasks: Sequence[TaskRecord], answers: Sequence[Sequence[str | None]], sandbox: Any) -> list[list[bool]]:
+def judge(tasks: Sequence[TaskRecord], answers: Sequence[Sequence[str | None]], sandbox: SandboxPool) -> list[list[bool]]:
     """correct[i][j]: is answer j to task i right? A None (malformed) answer is wrong, unjudged."""
     jobs: list[tuple[int, int]] = []
     records: list[TaskRecord] = []
@@ -242,7 +242,7 @@ def engine_context(engine: Engine) -> int | None:
 
 
 def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, adapter: AdapterRef | None,
-             sandbox: Any, settings: EvalSettings = EvalSettings(), context: int | None = None,
+             sandbox: SandboxPool, settings: EvalSettings = EvalSettings(), context: int | None = None,
              progress: bool = False, model: str = "", engine_name: str = "", tasks_file: str | None = None,
              log: Callable[[str], None] | None = None) -> EvalReport:
     """Pose every valid task to `adapter` (None: the bare base) `settings.samples` times and score it.

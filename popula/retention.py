@@ -48,7 +48,7 @@ from popula.league import League
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.rewards import student_reward
-from popula.run.workers import build_engine, build_learner, build_sandbox, runtime_of
+from popula.run.builders import build_engine, build_learner, build_sandbox, runtime_of
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 

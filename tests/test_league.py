@@ -5,7 +5,7 @@ import pytest
 
 from popula.errors import PopulaError
 from popula.league import League, LeagueConfig, TaskResult
-from popula.league.simulate import DEFAULT_SKILLS, order_recovered, simulate_league, spearman
+from popula.league.simulate import DEFAULT_ROLES, DEFAULT_SKILLS, order_recovered, simulate_league, spearman
 
 WIN_T = TaskResult(True, 0.25)  # teacher point
 WIN_S = TaskResult(True, 1.0)  # student point
@@ -137,7 +137,7 @@ def test_ranked_orders_by_conservative_rating_and_skips_the_retired_by_default()
 @pytest.mark.parametrize("weighting", ["variance", "hard"])
 def test_a_simulated_league_recovers_the_true_ranking(seed, weighting):
     # Members of known strength; outcomes sampled from it (see popula.league.simulate).
-    league = simulate_league(DEFAULT_SKILLS, steps=150, seed=seed, weighting=weighting)
+    league = simulate_league(DEFAULT_SKILLS, steps=150, seed=seed, weighting=weighting, roles=DEFAULT_ROLES)
     assert order_recovered(league, DEFAULT_SKILLS)  # exact order within each role
     assert not order_recovered(league, {n: -s for n, s in DEFAULT_SKILLS.items()})
     names = list(DEFAULT_SKILLS)
@@ -147,6 +147,6 @@ def test_a_simulated_league_recovers_the_true_ranking(seed, weighting):
 
 
 def test_a_simulated_league_is_reproducible_from_its_seed():
-    a = simulate_league(DEFAULT_SKILLS, steps=20, seed=5)
-    b = simulate_league(DEFAULT_SKILLS, steps=20, seed=5)
+    a = simulate_league(DEFAULT_SKILLS, steps=20, seed=5, roles=DEFAULT_ROLES)
+    b = simulate_league(DEFAULT_SKILLS, steps=20, seed=5, roles=DEFAULT_ROLES)
     assert a.to_dict() == b.to_dict()

@@ -20,6 +20,7 @@ from popula.config import load_config
 from popula.engines.torch_engine import TorchEngine
 from popula.model.tokenizer import train_tokenizer
 from popula.run.ladder import Ladder
+from popula.runtime import Runtime
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import CompactFormat
@@ -55,7 +56,7 @@ def test_a_student_trained_on_fixed_tasks_with_the_student_reward_solves_them_mo
                              "lora.rank=4", "lora.alpha=8", "tasks.types=[code_o]"])
     engine = TorchEngine(base, max_adapters=2, max_rank=4)
     with Sandbox(workers=1) as sandbox:
-        rung = Ladder(cfg, base, tmp_path, engine=engine, sandbox=sandbox).student_rung(tasks, steps=15)
+        rung = Ladder(cfg, base, tmp_path, engine=engine, sandbox=sandbox, runtime=Runtime("cpu", "float32")).student_rung(tasks, steps=15)
     start = statistics.fmean(rung.per_step[:3])
     end = statistics.fmean([*rung.per_step[-4:], rung.final])
     assert 0.1 < start < 0.6, f"the half-trained model should start in between, got {rung.per_step}"

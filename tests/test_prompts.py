@@ -8,10 +8,13 @@ from popula.errors import PopulaError
 from popula.model.tokenizer import train_tokenizer
 from popula.tasks.prompts import (
     COMPACT_EOS,
+    FORMAT_FILE,
     CompactFormat,
     InstructFormat,
+    declared_format,
     prompt_format,
     stop_token_ids,
+    write_format,
 )
 from popula.records import TaskRecord
 
@@ -137,3 +140,26 @@ def test_instruct_prompts_use_the_chat_template_when_the_tokenizer_has_one() -> 
     assert "<answer></answer>" in prompt
     plain = InstructFormat(None).student_prompt(O_TASK)
     assert "<|im_start|>" not in plain and "Predict the output" in plain
+
+
+def test_a_base_directory_declares_its_format_and_the_vocabulary_is_only_the_fallback(tiny_tokenizer, tmp_path) -> None:
+    """The declaration wins over the vocabulary; a base without one (built before it) keeps the
+    format inferred from its vocabulary; a bad declaration is refused, not guessed around."""
+    tiny_tokenizer.save_pretrained(tmp_path / "tiny")
+    from transformers import AutoTokenizer
+
+    saved = AutoTokenizer.from_pretrained(str(tmp_path / "tiny"))
+    assert declared_format(tmp_path / "tiny") is None and prompt_format(saved).name == "compact"
+    write_format(tmp_path / "tiny", "instruct-direct")
+    fmt = prompt_format(saved)
+    assert declared_format(tmp_path / "tiny") == "instruct-direct"
+    assert isinstance(fmt, InstructFormat) and fmt.direct
+    chat = chat_tokenizer()
+    chat.save_pretrained(tmp_path / "chat")
+    write_format(tmp_path / "chat", "compact")
+    assert prompt_format(AutoTokenizer.from_pretrained(str(tmp_path / "chat"))).name == "compact"
+    (tmp_path / "chat" / FORMAT_FILE).write_text('{"prompt_format": "chatty"}')
+    with pytest.raises(PopulaError, match="prompt format must be one of"):
+        prompt_format(AutoTokenizer.from_pretrained(str(tmp_path / "chat")))
+    with pytest.raises(PopulaError):
+        write_format(tmp_path / "chat", "chatty")

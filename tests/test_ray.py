@@ -20,13 +20,14 @@ ray = pytest.importorskip("ray")
 
 from popula.adapters import AdapterStore  # noqa: E402
 from popula.cli import main  # noqa: E402
-from popula.config import LoraConfig, load_config  # noqa: E402
+from popula.config import load_config  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.engines.torch_engine import TorchEngine  # noqa: E402
 from popula.errors import PopulaError  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
-from popula.run.ray_workers import (EngineActor, LearnerActor, RayEngine, RayLearner, RaySandbox,  # noqa: E402
-                                    SandboxActor, directory_bundle, materialise)
+from popula.run.ray_actors import EngineActor, LearnerActor, SandboxActor, directory_bundle, materialise  # noqa: E402
+from popula.run.ray_workers import RayEngine, RayLearner, RaySandbox  # noqa: E402
+from popula.runtime import Runtime  # noqa: E402
 from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 
@@ -150,14 +151,14 @@ def requests_for(store: AdapterStore, tokenizer, versions) -> list[GenerationReq
 
 def test_an_engine_killed_mid_generate_is_restarted_refetches_adapters_and_returns_the_same_samples(
         base, cluster, tmp_path):
-    lora = LoraConfig()
+    cfg = load_config(None)  # torch engine, seed 0
+    lora = cfg.lora
     store = AdapterStore(tmp_path / "adapters", base, rank=lora.rank, alpha=lora.alpha,
                          target_modules=lora.target_modules, seed=0)
     v0 = [store.create(n) for n in ("T0", "S0")]
-    options = {"max_adapters": 3, "max_rank": lora.rank, "seed": 0, "target_modules": lora.target_modules}
-    local = TorchEngine(base, **options)
+    local = TorchEngine(base, max_adapters=3, max_rank=lora.rank, seed=0, target_modules=lora.target_modules)
     actor = ray.remote(EngineActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2, max_concurrency=2).remote(
-        "torch", str(base), options, None)
+        cfg, str(base), None, 3, None)
     engine = RayEngine([actor])
     try:
         reqs = requests_for(store, local.tokenizer, v0)
@@ -197,7 +198,8 @@ def test_a_sandbox_killed_mid_verify_is_restarted_and_its_verdicts_are_unchanged
     records = slow_tasks(24)
     with Sandbox(workers=2) as local:
         want = local.verify(records)
-    actors = [ray.remote(SandboxActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2, max_concurrency=2).remote(2)
+    cfg = load_config(None)  # sandbox.workers 2
+    actors = [ray.remote(SandboxActor).options(num_cpus=0.5, max_restarts=2, max_task_retries=2, max_concurrency=2).remote(cfg)
               for _ in range(2)]
     sandbox = RaySandbox(actors)
     try:
@@ -217,7 +219,7 @@ def test_a_sandbox_killed_mid_verify_is_restarted_and_its_verdicts_are_unchanged
 def test_a_dead_learner_actor_is_not_restarted_and_the_error_says_resume(base, cluster):
     cfg = load_config(None)
     actor = ray.remote(LearnerActor).options(num_cpus=0.5, max_restarts=0).remote(
-        str(base), cfg.lora, cfg.learner, 0, 2, "cpu", None)
+        cfg, str(base), Runtime(device="cpu", dtype="float32"), 2, None)
     learner = RayLearner(actor)
     learner.add_adapter("T0")
     assert learner.adapters == ["T0"]

@@ -7,7 +7,7 @@ atomic league.json.
 
 from popula.league.league import League, Match, MemberStats
 from popula.league.outcomes import MatchTally, TaskResult, tally, task_point
-from popula.league.schema import LeagueConfig, MatchRecord, Member
+from popula.league.schema import LeagueConfig, MatchRecord, Member, Role
 
 __all__ = [
     "League",
@@ -17,6 +17,7 @@ __all__ = [
     "MatchTally",
     "Member",
     "MemberStats",
+    "Role",
     "TaskResult",
     "tally",
     "task_point",

@@ -13,29 +13,31 @@ balanced the PFSP pairs are; the last line is one JSON object of the figures.
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 import numpy as np
 
 from popula.league.league import League
 from popula.league.outcomes import TaskResult
 from popula.league.pfsp import Weighting
-from popula.league.schema import LeagueConfig
+from popula.league.schema import LeagueConfig, Role
 
 # Four teachers and four students, one skill scale, evenly spaced.
-DEFAULT_SKILLS: dict[str, float] = {
-    "t0": -1.5, "t1": -0.5, "t2": 0.5, "t3": 1.5,
-    "s0": -1.25, "s1": -0.25, "s2": 0.75, "s3": 1.75,
-}
+TEACHER_SKILLS: dict[str, float] = {"t0": -1.5, "t1": -0.5, "t2": 0.5, "t3": 1.5}
+STUDENT_SKILLS: dict[str, float] = {"s0": -1.25, "s1": -0.25, "s2": 0.75, "s3": 1.75}
+DEFAULT_SKILLS: dict[str, float] = {**TEACHER_SKILLS, **STUDENT_SKILLS}
+DEFAULT_ROLES: dict[str, Role] = {**dict.fromkeys(TEACHER_SKILLS, "teacher"), **dict.fromkeys(STUDENT_SKILLS, "student")}
 
 
 def simulate_league(
-    skills: dict[str, float], steps: int, seed: int, weighting: Weighting = "variance"
+    skills: dict[str, float], steps: int, seed: int, weighting: Weighting = "variance", *,
+    roles: Mapping[str, Role],
 ) -> League:
-    """Play ``steps`` PFSP steps; names starting with 't' are teachers, others students."""
+    """Play ``steps`` PFSP steps between the members of ``skills``, each in its ``roles`` entry."""
     rng = np.random.default_rng(seed)
     league = League(LeagueConfig(weighting=weighting))
     for name in skills:
-        league.add_member(name, "teacher" if name.startswith("t") else "student")
+        league.add_member(name, roles[name])
     for step in range(steps):
         for match in league.match(rng):
             solve = 1.0 / (1.0 + np.exp(-1.5 * (skills[match.student] - skills[match.teacher])))
@@ -69,7 +71,7 @@ def main() -> None:
     seeds = range(20)
     rows = []
     for steps in (25, 50, 100):
-        leagues = [simulate_league(DEFAULT_SKILLS, steps, seed) for seed in seeds]
+        leagues = [simulate_league(DEFAULT_SKILLS, steps, seed, roles=DEFAULT_ROLES) for seed in seeds]
         names = list(DEFAULT_SKILLS)
         balance = [
             np.mean([r.p_teacher * (1 - r.p_teacher) for r in lg.matches if r.step >= steps // 2])

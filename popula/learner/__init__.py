@@ -17,9 +17,10 @@ from popula.learner.objective import (
     token_logprobs,
 )
 from popula.learner.packing import pack_rows
+from popula.learner.protocol import Learner
 from popula.learner.rollout import Rollout
 
 __all__ = [
-    "EmaBaseline", "NonFiniteUpdateWarning", "PopulationLearner", "Rollout", "TokenLoss", "clipped_token_loss",
+    "EmaBaseline", "Learner", "NonFiniteUpdateWarning", "PopulationLearner", "Rollout", "TokenLoss", "clipped_token_loss",
     "compute_advantages", "group_advantages", "k3_kl", "pack_rows", "token_logprobs",
 ]

@@ -33,7 +33,7 @@ from popula.model.tokenizer import train_tokenizer
 from popula.model.train import PackedBatches, native_bf16, train
 from popula.sandbox import Sandbox
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
-from popula.tasks.prompts import CompactFormat
+from popula.tasks.prompts import CompactFormat, write_format
 
 TINY = "tiny"
 MARKER = "popula_tiny.json"  # written next to the weights: the recipe and what the build did
@@ -130,6 +130,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    write_format(tmp, fmt.name)  # what prompt_format reads back: the format it was cold-started on
     if recipe.heldout_tasks:
         if progress:
             print(f"popula pretrain: greedy pass@1 on {recipe.heldout_tasks} held-out tasks")

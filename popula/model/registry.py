@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from popula.errors import PopulaError
+from popula.tasks.prompts import write_format
 
 MODEL_MARKER = "popula_model.json"  # written last into a converted model directory
 
@@ -291,6 +292,8 @@ def convert_gguf(gguf: Path, out: Path, *, source: dict[str, Any] | None = None,
         GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id).save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        # Small models get the direct instruct style (popula.tasks.prompts.InstructFormat).
+        write_format(tmp, "instruct-direct")
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
         info = {
             "source": source or {"gguf": str(gguf)},

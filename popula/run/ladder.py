@@ -25,11 +25,14 @@ import numpy as np
 
 from popula.adapters import AdapterStore
 from popula.config import Config
-from popula.engines.base import GenerationRequest
+from popula.engines.base import Engine, GenerationRequest
 from popula.evaluate import encode_prompt
-from popula.learner import PopulationLearner, Rollout
+from popula.learner import Rollout
 from popula.records import TaskRecord
 from popula.rewards import solve_rate, student_reward, teacher_reward
+from popula.run.builders import build_learner
+from popula.runtime import Runtime
+from popula.sandbox import SandboxPool
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 
@@ -56,7 +59,9 @@ class Rung:
 class Ladder:
     """One adapter trained alone with the run's parts: `student_rung` and `teacher_rung` share it."""
 
-    def __init__(self, cfg: Config, base_path: str | Path, work_dir: Path, *, engine: Any, sandbox: Any) -> None:
+    def __init__(self, cfg: Config, base_path: str | Path, work_dir: Path, *, engine: Engine, sandbox: SandboxPool,
+                 runtime: Runtime) -> None:
+        """`runtime`: the learner's device and dtype, the engine's too (they must agree)."""
         from transformers import AutoTokenizer
 
         self.cfg = cfg
@@ -67,7 +72,7 @@ class Ladder:
         self.stops = stop_token_ids(self.tokenizer)
         self.store = AdapterStore(work_dir / "adapters", base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
                                   target_modules=cfg.lora.target_modules, seed=cfg.seed)
-        self.learner = PopulationLearner(base_path, cfg.lora, cfg.learner, seed=cfg.seed, max_adapters=2)
+        self.learner = build_learner(cfg, base_path, runtime, max_adapters=2)
         self._calls = 0
 
     def _adapter(self, name: str):

@@ -28,7 +28,7 @@ from evolution import make_child, plan_replacements
 from popula.adapters import AdapterRef, AdapterStore, base_lora_shapes
 from popula.config import Config
 from popula.errors import PopulaError
-from popula.league import League, LeagueConfig
+from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.run.buffer import TaskBuffer
@@ -55,6 +55,26 @@ class Roster:
     @property
     def adapters(self) -> list[str]:
         return sorted(set(self.adapter_of.values()))
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A member the league starts with: its name, its role (stated, never read from the name)
+    and the adapter it trains."""
+
+    member: str
+    role: Role
+    adapter: str
+
+
+def starting_seats(cfg: Config) -> list[Seat]:
+    """The league's first members, teachers first: T0.. and S0.. each training its own adapter,
+    or in the single-agent baseline one teacher and one student sharing adapter A0."""
+    if cfg.population.single_agent:
+        return [Seat("T0", "teacher", "A0"), Seat("S0", "student", "A0")]
+    p = cfg.population
+    return ([Seat(f"T{i}", "teacher", f"T{i}") for i in range(p.teachers)]
+            + [Seat(f"S{i}", "student", f"S{i}") for i in range(p.students)])
 
 
 class PopulationRun:
@@ -129,13 +149,10 @@ class PopulationRun:
     def _start(self) -> None:
         cfg = self.cfg
         self.league = League(LeagueConfig(**cfg.league.model_dump()))
-        if cfg.population.single_agent:
-            self.roster = Roster({"T0": "A0", "S0": "A0"})
-        else:
-            names = [f"T{i}" for i in range(cfg.population.teachers)] + [f"S{i}" for i in range(cfg.population.students)]
-            self.roster = Roster({n: n for n in names})
-        for member in self.roster.adapter_of:
-            self.league.add_member(member, "teacher" if member.startswith("T") else "student")
+        seats = starting_seats(cfg)
+        self.roster = Roster({seat.member: seat.adapter for seat in seats})
+        for seat in seats:
+            self.league.add_member(seat.member, seat.role)
         for adapter in self.roster.adapters:
             ref = self.store.create(adapter)
             self.learner.add_adapter(adapter, self.store.load(ref).state_dict)

@@ -1,21 +1,18 @@
-"""The run's workers as Ray actors, behind driver-side proxies with the local objects' methods.
+"""The run's workers as Ray actors, behind driver-side proxies with the local parts' interfaces.
 
-`PopulationRun` cannot tell these proxies from the local engine, sandbox and learner: the
-step loop is one code path. What changes is where the work happens:
+`PopulationRun` cannot tell these proxies from the local engine, sandbox and learner: they
+satisfy the same Protocols (`Engine`, `SandboxPool`, `Learner`), and the step loop is one code
+path. What changes is where the work happens:
 
 - Engine actors (`ray.engines` of them, `engine_gpus`/`engine_cpus` each) generate. A call's
   requests are split into contiguous chunks, one per engine actor.
 - Sandbox actors (`ray.sandbox_actors`, `sandbox_cpus` each) each own a `Sandbox` with its own
   forked jail processes; records are split into contiguous chunks, verdicts come back in order.
 - One learner actor (`learner_gpus`/`learner_cpus`) holds every adapter's weights and AdamW state.
+  Its proxy's methods are plain forwarding, built from the `Learner` Protocol by `forward`.
 
-No shared file system is assumed. Adapter versions live on the driver's disk (AdapterStore);
-the engine proxy ships each version's files (adapter_config.json + adapter_model.safetensors)
-into the object store once per uid, and every generate call carries the ObjectRefs of the
-versions it uses. An engine actor materialises a uid it has not seen into its own temp
-directory and rewrites the request's path; since uids are unique per version, a new version is
-always a new directory and an engine can never serve a stale one. A local base-model directory
-is shipped the same way once (`ray.ship_base`).
+The actors themselves, and how adapter and base files reach them without a shared file
+system, are `popula/run/ray_actors.py`; every actor builds its part with the run's builders.
 
 Faults: engine and sandbox actors are created with `max_restarts` and `max_task_retries`, so
 when one dies Ray restarts it (re-running its constructor) and re-submits the call in flight.
@@ -40,170 +37,23 @@ an error) they go with it, and a local cluster it started is shut down.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, ParamSpec, Sequence, TypeVar
 
 from popula.config import Config
-from popula.engines import create_engine, engine_options
-from popula.engines.base import GenerationRequest, GenerationResult, Sample
+from popula.engines.base import GenerationRequest, GenerationResult
 from popula.errors import PopulaError
+from popula.learner.protocol import Learner
 from popula.records import TaskRecord, VerifyResult
+from popula.run.ray_actors import EngineActor, LearnerActor, SandboxActor, directory_bundle
 from popula.runtime import Runtime
-from popula.sandbox import Sandbox
 
 BASE_SHIP_LIMIT = 4 << 30  # a base directory above this is not pushed through the object store
-
-
-# -- files through the object store ----------------------------------------------------------------
-
-def directory_bundle(path: Path) -> dict[str, bytes]:
-    """Every file under `path` by relative POSIX path: what an actor needs to rebuild the directory."""
-    files = {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
-    if not files:
-        raise PopulaError(f"{path}: no files to ship to the Ray actors")
-    return files
-
-
-def materialise(bundle: Mapping[str, bytes], directory: Path) -> Path:
-    """Write a bundle under `directory` (atomically: a partly written one is never used)."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=directory.parent))
-    for rel, data in bundle.items():
-        target = tmp / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(tmp, directory)
-    return directory
-
-
-def _base_for_actor(base: str | list[Any], workdir: Path) -> str:
-    """An actor's base path: a shipped (name, bundle) materialised locally, or a path/id as given.
-
-    The copy keeps the base directory's name: adapters name their base, and a moved base is
-    recognised by that name (popula.adapters.same_base)."""
-    import ray
-
-    if isinstance(base, list):
-        name, bundle = ray.get(base[0])
-        return str(materialise(bundle, workdir / name))
-    return base
-
-
-def _set_threads(threads: int | None) -> None:
-    """Ray caps OMP threads to an actor's CPU request (1 for fractional ones); the work is
-    sequential per step, so the actor takes the node's cores as a local run does."""
-    import torch
-
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
-
-
-# -- actors ------------------------------------------------------------------------------------------
-
-class EngineActor:
-    """One generation engine plus the adapter versions it has materialised (uid -> directory)."""
-
-    def __init__(self, kind: str, base: Any, options: dict[str, Any], threads: int | None) -> None:
-        _set_threads(threads)
-        self.workdir = Path(tempfile.mkdtemp(prefix="popula-engine-"))
-        self.engine = create_engine(kind, _base_for_actor(base, self.workdir), **options)
-        self.paths: dict[int, Path] = {}
-        self.fetched = 0
-        self.busy = False
-
-    def generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
-                 progress: bool) -> tuple[list[list[Sample]], float, float]:
-        """Samples per request, and the wall and CPU seconds spent generating; `adapters[uid] = [ObjectRef]` (in a list:
-        Ray must not resolve it into an argument, so only the versions this actor lacks are fetched)."""
-        self.busy = True
-        try:
-            return self._generate(requests, adapters, progress)
-        finally:
-            self.busy = False
-
-    def _generate(self, requests: list[GenerationRequest], adapters: dict[int, list[Any]],
-                  progress: bool) -> tuple[list[list[Sample]], float, float]:
-        import ray
-
-        for uid in {r.adapter.uid for r in requests if r.adapter is not None} - set(self.paths):
-            if uid not in adapters:
-                raise PopulaError(f"engine actor: no files were shipped for adapter uid {uid}")
-            self.paths[uid] = materialise(ray.get(adapters[uid][0]), self.workdir / "adapters" / str(uid))
-            self.fetched += 1
-        for uid in set(self.paths) - set(adapters):  # versions the driver no longer serves
-            shutil.rmtree(self.paths.pop(uid), ignore_errors=True)
-        local = [replace(r, adapter=replace(r.adapter, path=self.paths[r.adapter.uid])) if r.adapter else r
-                 for r in requests]
-        start, cpu = time.perf_counter(), time.process_time()  # fetching adapters above is Ray's share
-        samples = [result.samples for result in self.engine.generate(local, progress=progress)]
-        return samples, time.perf_counter() - start, time.process_time() - cpu
-
-    def info(self) -> dict[str, Any]:
-        """Who answers (a restarted actor is a new process), how many adapter versions it fetched, and
-        whether a generate call is running (visible only to an actor created with max_concurrency > 1)."""
-        return {"pid": os.getpid(), "fetched": self.fetched, "busy": self.busy}
-
-    def close(self) -> None:
-        self.engine.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-class SandboxActor:
-    """One `Sandbox` (with its own forked jail workers) on whichever node Ray places it."""
-
-    def __init__(self, workers: int) -> None:
-        self.sandbox = Sandbox(workers=workers)
-        self.busy = False
-
-    def verify(self, records: list[TaskRecord]) -> tuple[list[VerifyResult], float, float]:
-        """Verdicts, wall seconds, and this process's CPU seconds (the jail processes' are not in it)."""
-        start, cpu = time.perf_counter(), time.process_time()
-        self.busy = True
-        try:
-            verdicts = self.sandbox.verify(records)
-        finally:
-            self.busy = False
-        return verdicts, time.perf_counter() - start, time.process_time() - cpu
-
-    def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "busy": self.busy}
-
-    def close(self) -> None:
-        self.sandbox.close()
-
-
-class LearnerActor:
-    """The population learner; `call` forwards a method so the proxy mirrors its API exactly."""
-
-    def __init__(self, base: Any, lora: Any, cfg: Any, seed: int, max_adapters: int, device: str,
-                 threads: int | None, dtype: str = "float32") -> None:
-        import torch
-
-        # deferred: every actor process imports this module; only the learner's loads torch for it
-        from popula.learner import PopulationLearner
-
-        _set_threads(threads)
-        self.workdir = Path(tempfile.mkdtemp(prefix="popula-learner-"))
-        self.learner = PopulationLearner(_base_for_actor(base, self.workdir), lora, cfg, seed=seed,
-                                         max_adapters=max_adapters, device=device, dtype=getattr(torch, dtype))
-
-    def call(self, method: str, *args: Any) -> tuple[Any, float, float]:
-        start, cpu = time.perf_counter(), time.process_time()
-        result = getattr(self.learner, method)(*args)
-        return result, time.perf_counter() - start, time.process_time() - cpu
-
-    def adapters(self) -> list[str]:
-        return self.learner.adapters
-
-    def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid()}
 
 
 # -- driver-side proxies --------------------------------------------------------------------------------
@@ -324,55 +174,57 @@ class RaySandbox:
         _close(self.actors)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def forward(method: Callable[P, R]) -> Callable[P, R]:
+    """A proxy method with `method`'s signature (a Protocol's) that runs the method of that name
+    on the actor, through the proxy's `_call`: one line per method, typed by the Protocol."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._call(name, *args, **kwargs)
+
+    return call  # type: ignore[return-value]  # the Protocol's signature, bound to the proxy
+
+
 @dataclass
 class RayLearner:
-    """`PopulationLearner`'s methods over the learner actor."""
+    """`Learner` over the learner actor: every method is the local learner's, run on the actor.
+
+    Only `_call` (timing, and the death of the actor turned into a resume hint) and `close`
+    (kill the actor) are the proxy's own."""
 
     actor: Any
     times: CallTimes = field(default_factory=CallTimes)
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray
 
         start = time.perf_counter()
         try:
-            if method == "adapters":
-                answer = (ray.get(self.actor.adapters.remote()), 0.0, 0.0)
-            else:
-                answer = ray.get(self.actor.call.remote(method, *args))
-            self.times.add(time.perf_counter() - start, [answer])
-            return answer[0]
+            answer = ray.get(self.actor.call.remote(method, *args, **kwargs))
         except ray.exceptions.RayActorError as err:
             raise PopulaError(
                 f"the learner actor died during {method}() ({err.__class__.__name__}). Its adapters' optimiser "
                 "state lived only in it, so it is not restarted: continue with `popula run CONFIG --out RUN_DIR "
                 "--resume`, which restores the whole learner from the last checkpoint") from err
+        self.times.add(time.perf_counter() - start, [answer])
+        return answer[0]
 
     @property
     def adapters(self) -> list[str]:
         return self._call("adapters")
 
-    def add_adapter(self, name: str, state_dict: Mapping[str, Any] | None = None,
-                    optimizer_state: Mapping[str, Any] | None = None) -> None:
-        self._call("add_adapter", name, state_dict, optimizer_state)
-
-    def remove_adapter(self, name: str) -> None:
-        self._call("remove_adapter", name)
-
-    def adapter_state(self, name: str) -> dict[str, Any]:
-        return self._call("adapter_state", name)
-
-    def optimizer_state(self, name: str) -> dict[str, Any]:
-        return self._call("optimizer_state", name)
-
-    def step(self, rollouts: Sequence[Any]) -> dict[str, Any]:
-        return self._call("step", list(rollouts))
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._call("state_dict")
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._call("load_state_dict", state)
+    add_adapter = forward(Learner.add_adapter)
+    remove_adapter = forward(Learner.remove_adapter)
+    adapter_state = forward(Learner.adapter_state)
+    optimizer_state = forward(Learner.optimizer_state)
+    step = forward(Learner.step)
+    state_dict = forward(Learner.state_dict)
+    load_state_dict = forward(Learner.load_state_dict)
 
     def close(self) -> None:
         import ray
@@ -653,19 +505,17 @@ def build_ray(cfg: Config, base_path: str | Path, n_adapters: int, reservation: 
             base = [ray.put((Path(base_path).name, directory_bundle(Path(base_path))))]
         restart = {"max_restarts": r.max_restarts, "max_task_retries": r.max_restarts}
 
-        # Built by the same code as a local run's engine; the device of an actor is where Ray puts
-        # it (engine_gpus / learner_gpus), the dtype the config's (auto: bf16 on a GPU actor).
-        options: dict[str, Any] = {"max_adapters": n_adapters + 1, "max_rank": cfg.lora.rank, "seed": cfg.seed,
-                                   **engine_options(cfg, base_path, actor_runtime(cfg, r.engine_gpus))}
+        # Each actor builds its part with the local run's builders; the device of an actor is where
+        # Ray puts it (engine_gpus / learner_gpus), the dtype the config's (auto: bf16 on a GPU actor).
+        engine_rt = actor_runtime(cfg, r.engine_gpus)
         engines = [ray.remote(EngineActor).options(**where(f"engine {i}"), **restart).remote(
-            cfg.engine, base, options, r.torch_threads) for i in range(r.engines)]
+            cfg, base, engine_rt, n_adapters + 1, r.torch_threads) for i in range(r.engines)]
         created += engines
-        sandboxes = [ray.remote(SandboxActor).options(**where(f"sandbox {i}"), **restart).remote(cfg.sandbox.workers)
+        sandboxes = [ray.remote(SandboxActor).options(**where(f"sandbox {i}"), **restart).remote(cfg)
                      for i in range(r.sandbox_actors)]
         created += sandboxes
-        learner_rt = actor_runtime(cfg, r.learner_gpus)
         learner = ray.remote(LearnerActor).options(**where("learner"), max_restarts=0).remote(
-            base, cfg.lora, cfg.learner, cfg.seed, n_adapters, learner_rt.device, r.torch_threads, learner_rt.dtype)
+            cfg, base, actor_runtime(cfg, r.learner_gpus), n_adapters, r.torch_threads)
         created.append(learner)
         # The engine proxy keeps the base's ref alive: a restarted engine fetches it again.
         proxies = RayEngine(engines, base_ref=base), RaySandbox(sandboxes), RayLearner(learner)

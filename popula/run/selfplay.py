@@ -24,7 +24,7 @@ from popula.league import Match, TaskResult
 from popula.records import TaskRecord, VerifyResult
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer
-from popula.sandbox import Sandbox
+from popula.sandbox import SandboxPool
 from popula.tasks.prompts import PromptFormat
 
 
@@ -84,7 +84,7 @@ class PlaySettings:
 class SelfPlay:
     """Plays one step: the pieces it needs are handed in, so each stays testable alone."""
 
-    def __init__(self, engine: Engine, sandbox: Sandbox, fmt: PromptFormat, tokenizer: Any,
+    def __init__(self, engine: Engine, sandbox: SandboxPool, fmt: PromptFormat, tokenizer: Any,
                  stop_ids: list[int], settings: PlaySettings) -> None:
         self.engine = engine
         self.sandbox = sandbox

@@ -10,6 +10,7 @@ values.py for how values are read back and compared.
 
 from popula.sandbox.limits import Limits
 from popula.sandbox.pool import Sandbox, SandboxError, SandboxUnavailable
+from popula.sandbox.protocol import SandboxPool
 from popula.sandbox.values import NotAValue, read_value, reprs_equal, values_equal
 
-__all__ = ["Limits", "NotAValue", "Sandbox", "SandboxError", "SandboxUnavailable", "read_value", "reprs_equal", "values_equal"]
+__all__ = ["Limits", "NotAValue", "Sandbox", "SandboxError", "SandboxPool", "SandboxUnavailable", "read_value", "reprs_equal", "values_equal"]

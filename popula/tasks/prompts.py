@@ -11,7 +11,10 @@ Two formats share one interface (`PromptFormat`):
   `<input>` / `<message>` for proposals), as the public self-play recipes do; the chat
   template is applied when the tokenizer has one.
 
-`prompt_format(tokenizer)` picks the format a tokenizer was made for. The completion
+`prompt_format(tokenizer)` picks the format the tokenizer's base was made for: the one its
+directory declares (`popula_prompt.json`, written by the tiny base's build and by the
+registry's conversion), else, for a base from before that file, the one inferred from its
+vocabulary and markers (`_inferred_format`). The completion
 writers (`proposal_completion`, `answer_completion`) are the exact inverse of the parsers;
 the cold-start corpus is written with them, so the tiny model learns exactly the text the
 parsers read back.
@@ -19,7 +22,10 @@ parsers read back.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from popula.errors import PopulaError
@@ -440,24 +446,59 @@ def _untagged_proposal(text: str) -> tuple[str, list[str]] | None:
     return program, inputs
 
 
-def _direct_model(tokenizer: Any) -> bool:
-    """A model converted by Popula's registry (a GGUF): small, so it gets the direct style."""
-    from pathlib import Path
+FORMAT_FILE = "popula_prompt.json"  # in a base model's directory: {"prompt_format": NAME}
+FORMAT_NAMES = ("compact", "instruct", "instruct-direct")
 
+
+def write_format(model_dir: str | os.PathLike[str], name: str) -> None:
+    """Declare in a base's directory the prompt format it was made for (one of FORMAT_NAMES):
+    the tiny base's build and the registry's conversion write it beside the weights."""
+    if name not in FORMAT_NAMES:
+        raise PopulaError(f"prompt format must be one of {', '.join(FORMAT_NAMES)}, got {name!r}")
+    (Path(model_dir) / FORMAT_FILE).write_text(json.dumps({"prompt_format": name}) + "\n")
+
+
+def declared_format(model_dir: str | os.PathLike[str]) -> str | None:
+    """The prompt format a base directory declares (`FORMAT_FILE`), or None when it declares none."""
+    path = Path(model_dir) / FORMAT_FILE
+    if not path.is_file():
+        return None
+    try:
+        name = json.loads(path.read_text())["prompt_format"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise PopulaError(f"{path}: unreadable ({err!r})") from None
+    if name not in FORMAT_NAMES:
+        raise PopulaError(f"{path}: prompt format must be one of {', '.join(FORMAT_NAMES)}, got {name!r}")
+    return name
+
+
+def _model_dir(tokenizer: Any) -> Path | None:
     where = getattr(tokenizer, "name_or_path", "") or ""
-    return bool(where) and (Path(where) / "popula_model.json").is_file()
+    return Path(where) if where and Path(where).is_dir() else None
+
+
+def _inferred_format(tokenizer: Any, model_dir: Path | None) -> str:
+    """The fallback for a base that declares no format, kept only for bases built before the
+    declaration existed: a tokenizer with the tiny tokenizer's `<|end|>` token is a tiny base
+    (compact); a directory the registry converted (its `popula_model.json` marker) is a small
+    model (instruct-direct); anything else (a hub id, a user's directory) gets instruct."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    if COMPACT_EOS in vocab:
+        return "compact"
+    if model_dir is not None and (model_dir / "popula_model.json").is_file():
+        return "instruct-direct"
+    return "instruct"
 
 
 def prompt_format(tokenizer: Any) -> PromptFormat:
-    """The format a tokenizer's model was trained for: compact for the tiny base, else instruct.
-
-    The tiny tokenizer is recognised by its `<|end|>` token, so a tiny model saved to any
-    path (or loaded from the cache) gets the compact format it was cold-started on.
-    """
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    if COMPACT_EOS in vocab:
+    """The format the tokenizer's base model was made for, as its directory declares it
+    (`FORMAT_FILE`, written by `write_format`); a base that declares none falls back to
+    `_inferred_format`, which predates the declaration."""
+    model_dir = _model_dir(tokenizer)
+    name = (declared_format(model_dir) if model_dir is not None else None) or _inferred_format(tokenizer, model_dir)
+    if name == "compact":
         return CompactFormat()
-    return InstructFormat(tokenizer, direct=_direct_model(tokenizer))
+    return InstructFormat(tokenizer, direct=name == "instruct-direct")
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:
