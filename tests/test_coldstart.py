@@ -16,6 +16,7 @@ from popula.errors import PopulaError
 from popula.model import registry
 from popula.model.base import resolve_base_model
 from popula.model.coldstart import ColdStartRecipe, build_coldstart, coldstart_path, ensure_coldstart, is_coldstart_spec
+from popula.tasks.prompts import declared_format
 
 QUICK = ColdStartRecipe(steps=3, rows=2, seq_len=256, lr=5e-3, rank=4, alpha=8, pool_tasks=20,
                         target_modules=("q_proj", "v_proj"))
@@ -36,6 +37,7 @@ def test_a_cold_start_writes_a_complete_model_directory_recording_its_recipe_and
     assert marker["coldstart"]["recipe"]["steps"] == 3 and marker["coldstart"]["steps"] == 3
     assert marker["coldstart"]["tokens"] == 3 * 2 * 257
     assert marker["source"]["coldstart_of"] == "tiny"
+    assert declared_format(out) == "compact", "it declares the format it was warmed up in"
 
 
 def test_the_warm_up_is_merged_into_the_targeted_weights_and_leaves_the_others_alone(quick_base, cold):

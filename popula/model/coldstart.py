@@ -32,7 +32,7 @@ from typing import Any
 from popula.model import registry
 from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.train import PackedBatches, train
-from popula.tasks.prompts import prompt_format
+from popula.tasks.prompts import prompt_format, write_format
 
 SUFFIX = "+coldstart"
 
@@ -113,6 +113,8 @@ def build_coldstart(base: Path, out: Path, recipe: ColdStartRecipe, *, source: s
     try:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
+        # the format it was warmed up in is the one it now writes: declared, not left to inference
+        write_format(tmp, "instruct-direct" if getattr(fmt, "direct", False) else fmt.name)
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
         base_marker = base / registry.MODEL_MARKER
         base_source = json.loads(base_marker.read_text()).get("source") if base_marker.is_file() else str(base)
