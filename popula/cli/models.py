@@ -15,7 +15,7 @@ import argparse
 import json
 
 from popula.errors import PopulaError
-from popula.model import coldstart, registry
+from popula.model import registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
+    # deferred: the cold start trains with torch, which loads only after main() has set the OpenMP waits
+    from popula.model import coldstart
+
     if args.name in registry.MODELS:
         was_cached = registry.is_cached(args.name)
         path = registry.ensure_model(args.name, force=args.force)
