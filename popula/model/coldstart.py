@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -107,32 +106,20 @@ def build_coldstart(base: Path, out: Path, recipe: ColdStartRecipe, *, source: s
     stats = train(peft_model, batches, steps=recipe.steps, lr=recipe.lr, progress=progress)
     merged = peft_model.merge_and_unload()
 
-    tmp = registry.tmp_sibling(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    def write(tmp: Path) -> dict[str, Any]:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
         # the format it was warmed up in is the one it now writes: declared, not left to inference
         write_format(tmp, "instruct-direct" if getattr(fmt, "direct", False) else fmt.name)
-        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
         base_marker = base / registry.MODEL_MARKER
         base_source = json.loads(base_marker.read_text()).get("source") if base_marker.is_file() else str(base)
-        info = {
+        return {
             "source": {"coldstart_of": source, "base": base_source},
             "coldstart": {"recipe": asdict(recipe), "steps": stats.steps, "tokens": stats.tokens,
                           "seconds": round(stats.seconds, 1), "final_loss": round(stats.final_loss, 4),
                           "skipped_examples": batches.skipped, "prompt_format": fmt.name},
             "architecture": type(merged).__name__,
             "dtype": "float32",
-            "files": files,
         }
-        (tmp / registry.MODEL_MARKER).write_text(json.dumps(info, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.replace(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return info
+
+    return registry.publish_model_dir(out, write)

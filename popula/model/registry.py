@@ -40,7 +40,7 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from popula.errors import PopulaError
 from popula.tasks.prompts import write_format
@@ -282,11 +282,7 @@ def convert_gguf(gguf: Path, out: Path, *, source: dict[str, Any] | None = None,
             continue
         state[key] = tensor.detach().to(torch.float32).contiguous()
 
-    out = Path(out)
-    tmp = tmp_sibling(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    def write(tmp: Path) -> dict[str, Any]:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config.save_pretrained(str(tmp))
         GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
@@ -294,16 +290,28 @@ def convert_gguf(gguf: Path, out: Path, *, source: dict[str, Any] | None = None,
         tokenizer.save_pretrained(str(tmp))
         # Small models get the direct instruct style (popula.tasks.prompts.InstructFormat).
         write_format(tmp, "instruct-direct")
-        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
-        info = {
+        return {
             "source": source or {"gguf": str(gguf)},
             "gguf_sha256": sha256_file(gguf),
             "architecture": type(model).__name__,
             "parameters": sum(t.numel() for t in state.values()),
             "tie_word_embeddings": tied,
             "dtype": "float32",
-            "files": files,
         }
+
+    return publish_model_dir(Path(out), write)
+
+
+def publish_model_dir(out: Path, write: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Write a model directory at `out` atomically: `write(tmp)` fills a temporary sibling and
+    returns the marker's contents; the marker (with every file's size) goes in last, then the
+    directory is renamed into place. A failure leaves nothing behind. Returns the marker."""
+    tmp = tmp_sibling(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        info = write(tmp)
+        info["files"] = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / MODEL_MARKER).write_text(json.dumps(info, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
