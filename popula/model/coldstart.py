@@ -20,7 +20,6 @@ Spec: `base_model: NAME+coldstart` for a registry model NAME.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 
 from popula.model import registry
 from popula.model.corpus import ExampleSampler, build_pool
+from popula.model.recipe import corpus_digest
 from popula.model.train import PackedBatches, train
 from popula.tasks.prompts import prompt_format, write_format
 
@@ -38,7 +38,8 @@ SUFFIX = "+coldstart"
 
 @dataclass(frozen=True)
 class ColdStartRecipe:
-    """What the warm-up trains on and for how long; its hash names the cached model."""
+    """What the warm-up trains on and for how long; its hash (with the sources that write the
+    corpus, as the tiny base's) names the cached model."""
 
     seed: int = 0
     steps: int = 150  # optimiser steps: the training amount (~15 min for SmolLM2-135M on 2 cores)
@@ -55,7 +56,7 @@ class ColdStartRecipe:
     student_mix: tuple[float, float, float] = (0.4, 0.3, 0.3)  # code_o, code_i, code_f
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return corpus_digest(asdict(self))
 
 
 def is_coldstart_spec(spec: str) -> bool:
@@ -68,7 +69,7 @@ def coldstart_path(name: str, recipe: ColdStartRecipe) -> Path:
 
 def ensure_coldstart(spec: str, recipe: ColdStartRecipe = ColdStartRecipe(), *, progress: bool = True) -> Path:
     """The cold-started directory for `NAME+coldstart`: fetched, trained and merged on first use."""
-    name = spec[: -len(SUFFIX)] if spec.endswith(SUFFIX) else spec
+    name = spec.removesuffix(SUFFIX)
     registry.lookup(name)
     path = coldstart_path(name, recipe)
     if registry.model_problem(path) is None:

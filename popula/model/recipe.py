@@ -63,8 +63,15 @@ class TinyRecipe:
 
     def digest(self) -> str:
         """A short hash of the recipe and of the sources that write its corpus."""
-        here = Path(__file__).resolve().parent.parent
-        parts = [json.dumps(asdict(self), sort_keys=True), str(BUILD_VERSION)]
-        for source in ("tasks/generator.py", "tasks/prompts.py"):
-            parts.append(hashlib.sha256((here / source).read_bytes()).hexdigest())
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+        return corpus_digest(asdict(self), str(BUILD_VERSION))
+
+
+def corpus_digest(settings: dict, *extra: str) -> str:
+    """A short hash of a model's build settings and of the sources that write its training
+    corpus (the program generator and the prompt formats): a cache keyed by it builds anew
+    when either changes, instead of reusing a model trained on text a run no longer shows."""
+    here = Path(__file__).resolve().parent.parent
+    parts = [json.dumps(settings, sort_keys=True), *extra]
+    for source in ("tasks/generator.py", "tasks/prompts.py"):
+        parts.append(hashlib.sha256((here / source).read_bytes()).hexdigest())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
