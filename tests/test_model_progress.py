@@ -68,3 +68,11 @@ def test_a_terminal_keeps_the_tqdm_bar():
 
     assert not isinstance(progress_bar(10, enabled=True, file=Tty()), LineProgress)
     assert isinstance(progress_bar(10, enabled=True, file=io.StringIO()), LineProgress)
+
+
+def test_line_progress_names_the_work_it_reports():
+    out = io.StringIO()
+    bar = LineProgress(2, file=out, label="cold start")
+    bar.update(2)
+    bar.close()
+    assert out.getvalue().splitlines() == ["cold start: 100% 2/2 steps"]

@@ -104,7 +104,7 @@ def build_coldstart(base: Path, out: Path, recipe: ColdStartRecipe, *, source: s
     lora = LoraConfig(r=recipe.rank, lora_alpha=recipe.alpha, lora_dropout=0.0,
                       target_modules=list(recipe.target_modules), task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, lora)
-    stats = train(peft_model, batches, steps=recipe.steps, lr=recipe.lr, progress=progress)
+    stats = train(peft_model, batches, steps=recipe.steps, lr=recipe.lr, progress=progress, label="cold start")
     merged = peft_model.merge_and_unload()
 
     def write(tmp: Path) -> dict[str, Any]:

@@ -120,8 +120,9 @@ class LineProgress:
     tqdm bar that `train` uses.
     """
 
-    def __init__(self, total: int, parts: int = 10, every_s: float = 60.0, file: TextIO | None = None) -> None:
-        self.total, self.parts, self.every_s, self.file = total, parts, every_s, file or sys.stderr
+    def __init__(self, total: int, parts: int = 10, every_s: float = 60.0, file: TextIO | None = None,
+                 label: str = "pretrain") -> None:
+        self.total, self.parts, self.every_s, self.file, self.label = total, parts, every_s, file or sys.stderr, label
         self.n = 0
         self.postfix = ""
         self._part = 0  # a line is due when n reaches part / parts of the total (0: the first update)
@@ -144,15 +145,15 @@ class LineProgress:
     def _line(self) -> None:
         self._printed, self._last_at = self.n, time.monotonic()
         percent = 100 * self.n / self.total if self.total else 100.0
-        print(f"pretrain: {percent:3.0f}% {self.n}/{self.total} steps {self.postfix}".rstrip(), file=self.file, flush=True)
+        print(f"{self.label}: {percent:3.0f}% {self.n}/{self.total} steps {self.postfix}".rstrip(), file=self.file, flush=True)
 
 
-def progress_bar(total: int, *, enabled: bool, file: TextIO | None = None) -> Any:
-    """A tqdm bar on a terminal; elsewhere (a log, a pipe, CI) `LineProgress`."""
+def progress_bar(total: int, *, enabled: bool, file: TextIO | None = None, label: str = "pretrain") -> Any:
+    """A tqdm bar on a terminal; elsewhere (a log, a pipe, CI) `LineProgress`. `label` names the work."""
     out = file or sys.stderr
     if enabled and not out.isatty():
-        return LineProgress(total, file=out)
-    return tqdm(total=total, unit="step", desc="pretrain", disable=not enabled, file=out, mininterval=1.0)
+        return LineProgress(total, file=out, label=label)
+    return tqdm(total=total, unit="step", desc=label, disable=not enabled, file=out, mininterval=1.0)
 
 
 def train(
@@ -165,6 +166,7 @@ def train(
     progress: bool = True,
     compile: bool = False,
     bf16: bool = False,
+    label: str = "pretrain",
 ) -> TrainStats:
     """Train for `steps` optimiser steps, or until `time_limit` seconds pass, whichever is first.
 
@@ -186,7 +188,7 @@ def train(
     done = tokens = 0
     ema = float("nan")
     stopped_early = False
-    bar = progress_bar(steps, enabled=progress)
+    bar = progress_bar(steps, enabled=progress, label=label)
     while done < steps:
         if time_limit is not None and time.monotonic() - start >= time_limit:
             stopped_early = True
