@@ -18,7 +18,7 @@ on a shared machine they move much less than wall-clock figures, above all with 
 
     python3 benchmarks/multilora_generation.py --engine torch|vllm [--repeats 3] [--prompts 64] [--tokens 128]
                                                [--threads T] [--max-batch-size B] [--device cpu|cuda]
-                                               [--model smollm2-135m] [--dtype float32]
+                                               [--model smollm2-135m] [--dtype auto|float32|bfloat16]
 
 Last line: {"engine", "tok_per_s_1", "tok_per_s_8", "ratio_8_vs_1", "tok_per_s_base", "lora_cost_vs_base", ...}
 """
@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.adapters import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
+from popula.runtime import resolve_runtime  # noqa: E402
 
 RANK, ALPHA, N_ADAPTERS = 8, 16.0, 8
 
@@ -87,7 +88,8 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="torch engine: cpu or cuda")
     ap.add_argument("--model", default=None, metavar="SPEC",
                     help="a real base (`smollm2-135m`, a model directory, a .gguf); default: the built 4M Llama")
-    ap.add_argument("--dtype", default=None, help="engine dtype (torch default float32; vLLM default auto)")
+    ap.add_argument("--dtype", default="auto",
+                    help="engine dtype; auto: what a run's `runtime.dtype: auto` picks here (float32 on a CPU)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads (0: torch's default); 1 is steadier on a busy shared machine")
     args = ap.parse_args()
@@ -106,8 +108,8 @@ def main() -> int:
         store = AdapterStore(Path(tmp) / "adapters", base, rank=RANK, alpha=ALPHA, seed=0)
         refs = make_adapters(store)
         options = {"max_batch_size": args.max_batch_size, "device": args.device} if args.engine == "torch" else {}
-        if args.dtype:
-            options["dtype"] = args.dtype
+        # Resolved as a run resolves it: vLLM's own `auto` means bf16 even on CPUs without bf16 units.
+        options["dtype"] = resolve_runtime(args.device if args.engine == "torch" else "auto", args.dtype).dtype
         engine = create_engine(args.engine, base, max_adapters=N_ADAPTERS, max_rank=RANK, seed=0, **options)
         g = torch.Generator().manual_seed(1)
         prompts = [torch.randint(1, vocab, (int(torch.randint(16, 49, (1,), generator=g)),), generator=g).tolist()
@@ -155,7 +157,7 @@ def main() -> int:
         "cpu_ratio_8_vs_1": round(cpu["8 adapters"] / cpu["1 adapter"], 3) if args.engine == "torch" else None,
         "cpu_lora_cost_vs_base": round(cpu["base"] / cpu["8 adapters"], 3) if args.engine == "torch" else None,
         "prompts": args.prompts, "new_tokens": args.tokens, "rank": RANK, "repeats": args.repeats,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "dtype": options["dtype"],
     }
     print(json.dumps(figures))
     return 0
