@@ -37,7 +37,7 @@ from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
-from popula.run.workers import build_workers, reserve_workers
+from popula.run.workers import Workers, build_workers, reserve_workers
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -98,7 +98,7 @@ class PopulationRun:
         # Where the workers run is settled before the directory is touched too: a Ray cluster
         # that cannot place the actors refuses the run here (exit 2), naming asks and resources.
         self.reservation = reserve_workers(cfg)
-        self.workers: Any = None
+        self.workers: Workers | None = None  # built by _open; None only while a failed start unwinds
         try:
             # Held until close(): no second process may write this directory while this run lives.
             self.lock = prepare_run_dir(run_dir, cfg, resume)

@@ -25,6 +25,9 @@ from popula.sandbox.protocol import SandboxPool
 
 @dataclass
 class Workers:
+    """What a run computes with, wherever it runs: one engine, one sandbox pool, one learner
+    (each a Protocol, so a local object and a Ray proxy are used alike), and how to free them."""
+
     engine: Engine
     sandbox: SandboxPool
     learner: Learner
