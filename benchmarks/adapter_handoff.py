@@ -36,6 +36,7 @@ from multilora_generation import ALPHA, N_ADAPTERS, RANK, build_base  # noqa: E4
 from popula.adapters import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
+from popula.lora import fresh_peft_state_dict  # noqa: E402
 
 
 def new_versions(store: AdapterStore, round_no: int) -> tuple[list, list[float]]:
@@ -43,9 +44,10 @@ def new_versions(store: AdapterStore, round_no: int) -> tuple[list, list[float]]
     refs, seconds = [], []
     for k in range(N_ADAPTERS):
         name = f"member{k}"
-        shapes = store.load(store.latest(name)).state_dict
         g = torch.Generator().manual_seed(1000 * round_no + k)
-        state = {n: torch.randn(t.shape, generator=g) * 0.05 for n, t in shapes.items()}
+        # the shapes of a fresh adapter, without reading the previous version back from the store
+        state = {n: torch.randn(t.shape, generator=g) * 0.05
+                 for n, t in fresh_peft_state_dict(store.shapes, store.rank, g).items()}
         start = time.perf_counter()
         refs.append(store.save(name, state))
         seconds.append(time.perf_counter() - start)

