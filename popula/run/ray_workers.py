@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, ParamSpec, Sequence, TypeVar
 
+import psutil
+
 from popula.config import Config
 from popula.engines.base import GenerationRequest, GenerationResult
 from popula.errors import PopulaError
@@ -257,17 +259,17 @@ def _close(actors: list[Any]) -> None:
 
 # -- building ------------------------------------------------------------------------------------------------
 
-def connect(cfg: Config) -> bool:
+def connect(cfg: Config) -> LocalCluster | None:
     """Join the configured cluster, or start a local one; a driver already connected is left as it is.
 
-    True when this call started a local cluster (its size is then the run's to decide)."""
+    Returns the local cluster when this call started one (its size and its end are then the run's)."""
     try:
         import ray
     except ImportError:
         raise PopulaError("ray.enabled / --ray: the `ray` package is not installed (pip install 'ray==2.60.0')") from None
 
     if ray.is_initialized():
-        return False
+        return None
     r = cfg.ray
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
     local = r.address is None and "RAY_ADDRESS" not in os.environ
@@ -277,12 +279,50 @@ def connect(cfg: Config) -> bool:
             kwargs["num_cpus"] = r.num_cpus
         if r.object_store_mb is not None:
             kwargs["object_store_memory"] = r.object_store_mb << 20
+    before = {p.pid for p in psutil.Process().children()}
     try:
         ray.init(address=r.address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise PopulaError(f"ray.address={r.address!r}: cannot connect to a Ray cluster ({err}); start one with "
                           "`ray start --head` or leave ray.address empty to start a local one") from err
-    return local
+    if not local:
+        return None
+    return LocalCluster([p for p in psutil.Process().children() if p.pid not in before])
+
+
+class LocalCluster:
+    """A Ray cluster this driver started: its head processes (GCS, raylet, ...) are the driver's
+    own children, and everything Ray starts later (agents, workers) descends from them.
+
+    `shutdown` stops it through Ray, then kills whatever of that tree is still alive after a
+    grace period. Ray alone leaves the raylet's dashboard and runtime-env agents to notice their
+    parent is gone by polling, which on a loaded machine takes longer than a user waits for a
+    stopped run to be gone."""
+
+    GRACE_S = 10.0
+
+    def __init__(self, head: list[psutil.Process]) -> None:
+        self.head = head
+
+    def shutdown(self) -> None:
+        import ray
+
+        tree = list(self.head)
+        for proc in self.head:
+            try:
+                tree.extend(proc.children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+        try:
+            ray.shutdown(wait_for_processes=True)
+        finally:
+            _, alive = psutil.wait_procs(tree, timeout=self.GRACE_S)
+            for proc in alive:
+                try:
+                    proc.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(alive, timeout=self.GRACE_S)
 
 
 def actor_runtime(cfg: Config, gpus: float) -> Runtime:
@@ -430,13 +470,13 @@ def _wait_started(named: Mapping[str, Any], log: Callable[[str], None]) -> None:
 class RayReservation:
     """The run's placement group and the asks it holds; removing it frees the cluster's resources.
 
-    `owns_cluster`: this run started the local cluster, so releasing also shuts it down, here
-    and waiting for its processes, rather than in Ray's atexit hook, which a second Ctrl-C
+    `cluster`: the local cluster this run started, so releasing also shuts it down, here and
+    waiting for its processes, rather than in Ray's atexit hook, which a second Ctrl-C
     interrupts half-way and leaves the raylet's agents orphaned."""
 
     group: Any
     asks: list[Ask]
-    owns_cluster: bool = False
+    cluster: LocalCluster | None = None
 
     def release(self) -> None:
         import ray
@@ -449,9 +489,9 @@ class RayReservation:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to free
                 pass
-        if self.owns_cluster:
-            self.owns_cluster = False
-            ray.shutdown(wait_for_processes=True)
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.shutdown()
 
 
 def reserve(cfg: Config, log: Callable[[str], None] = print) -> RayReservation:
@@ -461,9 +501,9 @@ def reserve(cfg: Config, log: Callable[[str], None] = print) -> RayReservation:
     directory, so a run the cluster cannot take leaves nothing behind."""
     import ray
 
-    local = connect(cfg)
-    asks = actor_asks(cfg, float(ray.cluster_resources().get("CPU", 0)) if local else None)
-    return RayReservation(place(cfg, asks, log), asks, owns_cluster=local)
+    cluster = connect(cfg)
+    asks = actor_asks(cfg, float(ray.cluster_resources().get("CPU", 0)) if cluster is not None else None)
+    return RayReservation(place(cfg, asks, log), asks, cluster=cluster)
 
 
 def build_ray(cfg: Config, base_path: str | Path, n_adapters: int, reservation: RayReservation | None = None,
