@@ -11,7 +11,6 @@ learn either. The full-size rungs on the tiny base are `benchmarks/learning_ladd
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -61,3 +60,24 @@ def test_a_student_trained_on_fixed_tasks_with_the_student_reward_solves_them_mo
     end = statistics.fmean([*rung.per_step[-4:], rung.final])
     assert 0.1 < start < 0.6, f"the half-trained model should start in between, got {rung.per_step}"
     assert end > start + 0.08, f"the solve rate did not climb: {rung.per_step} -> {rung.final}"
+
+
+def test_given_a_fresh_draw_per_step_the_rung_poses_each_steps_own_tasks_and_returns_the_trained_adapter(
+        half_trained, tmp_path):
+    base, tasks = half_trained
+    cfg = load_config(None, ["generation.rollouts=2", "generation.student_max_tokens=16", "lora.rank=4",
+                             "lora.alpha=8", "tasks.types=[code_o]"])
+    drawn: list[int] = []
+
+    def draw(step: int):
+        drawn.append(step)
+        return tasks[2 * step:2 * step + 2]
+
+    engine = TorchEngine(base, max_adapters=2, max_rank=4)
+    with Sandbox(workers=1) as sandbox:
+        rung = Ladder(cfg, base, tmp_path, engine=engine, sandbox=sandbox,
+                      runtime=Runtime("cpu", "float32")).student_rung(draw, steps=2)
+    assert drawn == [0, 1, 2]  # one draw before each update and one for the final figure
+    assert rung.name == "solve rate, unseen tasks" and len(rung.per_step) == 2 and rung.final is not None
+    assert rung.adapter is not None and rung.adapter.version == 2
+    assert (rung.adapter.path / "adapter_model.safetensors").is_file()

@@ -5,7 +5,10 @@ league, a bug in the update). The ladder removes them one at a time:
 
 1. `student_rung`: one student adapter, a fixed set of tasks, the student reward. Its
    solve rate on those very tasks must rise within a few dozen steps, or the policy
-   gradient does not reach the weights.
+   gradient does not reach the weights. Given a fresh draw of generated tasks at every step
+   instead, the same rung is the curriculum's upper bound: a student taught on the task
+   distribution itself, scored each step on tasks it has never seen. What it cannot gain on
+   held-out tasks, no teacher's curriculum will.
 2. `teacher_rung`: one teacher adapter proposing against a fixed student (the bare base),
    the teacher reward (-1 invalid, 0 unsolved, 1 - rho). Its valid rate must rise.
 
@@ -23,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from popula.adapters import AdapterStore
+from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest
 from popula.evaluate import encode_prompt
@@ -44,6 +47,7 @@ class Rung:
     per_step: list[float] = field(default_factory=list)
     final: float | None = None
     malformed: list[float] = field(default_factory=list)  # student rung: share of unparseable answers per step
+    adapter: AdapterRef | None = None  # the trained adapter's last saved version
 
     def record(self, step: int, steps: int, rate: float, log: Callable[[int, float], None] | None) -> bool:
         """Note the figure measured before update `step`; True when it is the final one (no update follows)."""
@@ -110,14 +114,19 @@ class Ladder:
             correct[i][j] = bool(verdict.correct)
         return prompts, results, correct
 
-    def student_rung(self, tasks: Sequence[TaskRecord], steps: int,
+    def student_rung(self, tasks: Sequence[TaskRecord] | Callable[[int], Sequence[TaskRecord]], steps: int,
                      log: Callable[[int, float], None] | None = None) -> Rung:
-        """Train a fresh student on `tasks` for `steps` updates; its solve rate per step and after."""
-        rung = Rung("student solve rate")
+        """Train a fresh student for `steps` updates; its solve rate per step and after.
+
+        `tasks`: the same tasks at every step, or a function from the step to that step's
+        tasks (a fresh draw each step: the figure is then a solve rate on unseen tasks)."""
+        draw = tasks if callable(tasks) else (lambda step: tasks)
+        rung = Rung("student solve rate" if not callable(tasks) else "solve rate, unseen tasks")
         ref = self._adapter("student")
         n = self.cfg.generation.rollouts
         for step in range(steps + 1):
-            prompts, results, correct = self._solve(tasks, ref, n)
+            tasks_now = draw(step)
+            prompts, results, correct = self._solve(tasks_now, ref, n)
             rate = float(np.mean([bool(c) for row in correct for c in row]))
             rung.malformed.append(float(np.mean([c is None for row in correct for c in row])))
             if rung.record(step, steps, rate, log):
@@ -126,10 +135,11 @@ class Ladder:
                                 prompt_ids=ids, completion_ids=s.token_ids, sampler_logprobs=s.logprobs,
                                 adapter_version=ref.version, reward=student_reward(c is not None, c),
                                 temperature=self.cfg.generation.temperature)
-                        for i, (t, ids, res, row) in enumerate(zip(tasks, prompts, results, correct))
+                        for i, (t, ids, res, row) in enumerate(zip(tasks_now, prompts, results, correct))
                         for s, c in zip(res.samples, row)]
             self.learner.step(rollouts)
             ref = self.store.save("student", self.learner.adapter_state("student"))
+        rung.adapter = ref
         return rung
 
     def teacher_rung(self, references: Sequence[TaskRecord], steps: int, proposals: int,
@@ -168,4 +178,5 @@ class Ladder:
                         for i, ((t, ids), r) in enumerate(zip(plan, results))]
             self.learner.step(rollouts)
             ref = self.store.save("teacher", self.learner.adapter_state("teacher"))
+        rung.adapter = ref
         return rung
