@@ -65,7 +65,13 @@ def main() -> None:
     cfg = load_config(args.config, args.overrides)
     base = resolve_base_model(cfg.base_model)
     figures: dict[str, dict] = {}
+    scores: dict[str, list[float]] = {}  # per held-out task pass@1, by model
+    if args.heldout and any(r != "teacher" for r in args.rungs):
+        figures["base"] = {"heldout": _heldout(cfg.base_model, args.heldout, None, scores, "base")}
     for rung_name in args.rungs:
+        def progress(step: int, rate: float, rung_name: str = rung_name) -> None:
+            print(f"{rung_name} rung: step {step}/{args.steps} rate {rate:.3f}", file=sys.stderr, flush=True)
+
         start = time.monotonic()
         runtime = runtime_of(cfg)
         engine = build_engine(cfg, base, runtime, max_adapters=2)
@@ -74,15 +80,16 @@ def main() -> None:
                 ladder = Ladder(cfg, base, Path(work), engine=engine, sandbox=sandbox, runtime=runtime)
                 if rung_name == "student":
                     tasks = generate_tasks(args.tasks, args.seed, namespace="ladder")
-                    rung = ladder.student_rung(tasks, args.steps)
+                    rung = ladder.student_rung(tasks, args.steps, progress)
                 elif rung_name == "transfer":
                     stream = generate_tasks(args.tasks * (args.steps + 1), args.seed, namespace="ladder-transfer")
                     rung = ladder.student_rung(lambda step: stream[step * args.tasks:(step + 1) * args.tasks],
-                                               args.steps)
+                                               args.steps, progress)
                 else:
                     refs = generate_tasks(60, args.seed + 1, namespace="ladder-refs")
-                    rung = ladder.teacher_rung(refs, args.steps, args.proposals, np.random.default_rng(args.seed))
-                heldout = (_heldout(cfg.base_model, args.heldout, str(rung.adapter.path))
+                    rung = ladder.teacher_rung(refs, args.steps, args.proposals, np.random.default_rng(args.seed),
+                                               progress)
+                heldout = (_heldout(cfg.base_model, args.heldout, str(rung.adapter.path), scores, rung_name)
                            if args.heldout and rung_name != "teacher" else None)
         finally:
             engine.close()
@@ -91,32 +98,40 @@ def main() -> None:
                               "first3": statistics.fmean(curve[:3]), "last3": statistics.fmean(curve[-3:]),
                               "seconds": round(time.monotonic() - start, 1)}
         if heldout is not None:
-            figures[rung_name]["heldout_pass_at_1"] = heldout
-    if args.heldout and any(r != "teacher" for r in args.rungs):
-        figures["base"] = {"heldout_pass_at_1": _heldout(cfg.base_model, args.heldout, None)}
+            figures[rung_name]["heldout"] = {**heldout, **_paired_gain(scores[rung_name], scores["base"])}
     print(f"config {args.config} {' '.join(args.overrides)}: lr {cfg.learner.lr}, rollouts {cfg.generation.rollouts}")
     for name, f in figures.items():
         if "curve" in f:
             print(f"{f['figure']:<26} first 3 {f['first3']:.3f}  last 3 {f['last3']:.3f}  "
                   f"curve {' '.join(f'{x:.2f}' for x in f['curve'])}  ({f['seconds']:.0f} s)")
     for name, f in figures.items():
-        if "heldout_pass_at_1" in f:
-            h = f["heldout_pass_at_1"]
+        if "heldout" in f:
+            h = f["heldout"]
+            gain = f"  gain over base {h['gain']:+.3f} (paired se {h['gain_se']:.3f})" if "gain" in h else ""
             print(f"held-out, {name:<10} pass@1 {h['pass_at_1']:.3f} (se {h['se']:.3f})  pass@{HELDOUT.samples} "
-                  f"{h['pass_at_k']:.3f}  on {h['tasks']} tasks ({args.heldout})")
+                  f"{h['pass_at_k']:.3f}{gain}  on {h['tasks']} tasks ({args.heldout})")
     print(json.dumps({"lr": cfg.learner.lr, "overrides": args.overrides, **figures}))
 
 
 HELDOUT = EvalSettings(samples=4, temperature=0.8, max_tokens=96)  # as benchmarks/learning.py scores every model
 
 
-def _heldout(base_model: str, tasks: Path, adapter: str | None) -> dict:
-    """pass@1 (with its standard error over tasks) and pass@k of the base, or of the base with `adapter`."""
+def _heldout(base_model: str, tasks: Path, adapter: str | None, scores: dict[str, list[float]], label: str) -> dict:
+    """pass@1 (with its standard error over tasks) and pass@k of the base, or of the base with
+    `adapter`; the per-task pass@1 goes to `scores[label]` for paired comparisons."""
     report = evaluate_target(base_model, tasks, adapter=adapter, settings=HELDOUT)
-    per_task = [t.correct / t.samples for t in report.per_task]
+    per_task = scores[label] = [t.correct / t.samples for t in sorted(report.per_task, key=lambda t: t.id)]
     return {"pass_at_1": report.overall.pass_at_1, "pass_at_k": report.overall.pass_at_k, "tasks": len(per_task),
             "se": statistics.stdev(per_task) / len(per_task) ** 0.5}
 
 
 if __name__ == "__main__":
     main()
+
+
+def _paired_gain(model: list[float], base: list[float]) -> dict:
+    """The mean per-task pass@1 difference over the base and its standard error: both models
+    answer the same tasks, so the task-to-task spread cancels and only sampling noise remains."""
+    diff = [m - b for m, b in zip(model, base, strict=True)]
+    return {"gain": statistics.fmean(diff), "gain_se": statistics.stdev(diff) / len(diff) ** 0.5,
+            "better_tasks": sum(d > 0 for d in diff), "worse_tasks": sum(d < 0 for d in diff)}
