@@ -125,13 +125,13 @@ def _heldout(base_model: str, tasks: Path, adapter: str | None, scores: dict[str
             "se": statistics.stdev(per_task) / len(per_task) ** 0.5}
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _paired_gain(model: list[float], base: list[float]) -> dict:
     """The mean per-task pass@1 difference over the base and its standard error: both models
     answer the same tasks, so the task-to-task spread cancels and only sampling noise remains."""
     diff = [m - b for m, b in zip(model, base, strict=True)]
     return {"gain": statistics.fmean(diff), "gain_se": statistics.stdev(diff) / len(diff) ** 0.5,
             "better_tasks": sum(d > 0 for d in diff), "worse_tasks": sum(d < 0 for d in diff)}
+
+
+if __name__ == "__main__":
+    main()
