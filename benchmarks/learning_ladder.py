@@ -39,6 +39,7 @@ configure_waits()  # before torch loads
 import numpy as np  # noqa: E402
 
 from popula.config import load_config  # noqa: E402
+from popula.eval_plot import pass_at_1_with_error  # noqa: E402
 from popula.eval_target import evaluate_target  # noqa: E402
 from popula.evaluate import EvalSettings  # noqa: E402
 from popula.model.base import resolve_base_model  # noqa: E402
@@ -121,8 +122,8 @@ def _heldout(base_model: str, tasks: Path, adapter: str | None, scores: dict[str
     `adapter`; the per-task pass@1 goes to `scores[label]` for paired comparisons."""
     report = evaluate_target(base_model, tasks, adapter=adapter, settings=HELDOUT)
     per_task = scores[label] = [t.correct / t.samples for t in sorted(report.per_task, key=lambda t: t.id)]
-    return {"pass_at_1": report.overall.pass_at_1, "pass_at_k": report.overall.pass_at_k, "tasks": len(per_task),
-            "se": statistics.stdev(per_task) / len(per_task) ** 0.5}
+    pass1, se = pass_at_1_with_error(report.to_json(), "overall")
+    return {"pass_at_1": pass1, "pass_at_k": report.overall.pass_at_k, "tasks": len(per_task), "se": se}
 
 
 def _paired_gain(model: list[float], base: list[float]) -> dict:

@@ -120,8 +120,10 @@ class Ladder:
 
         `tasks`: the same tasks at every step, or a function from the step to that step's
         tasks (a fresh draw each step: the figure is then a solve rate on unseen tasks)."""
-        draw = tasks if callable(tasks) else (lambda step: tasks)
-        rung = Rung("student solve rate" if not callable(tasks) else "solve rate, unseen tasks")
+        if callable(tasks):
+            draw, rung = tasks, Rung("solve rate, unseen tasks")
+        else:
+            draw, rung = (lambda step: tasks), Rung("student solve rate")
         ref = self._adapter("student")
         n = self.cfg.generation.rollouts
         for step in range(steps + 1):
