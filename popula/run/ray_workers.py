@@ -40,6 +40,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,7 +281,7 @@ def connect(cfg: Config) -> LocalCluster | None:
             kwargs["num_cpus"] = r.num_cpus
         if r.object_store_mb is not None:
             kwargs["object_store_memory"] = r.object_store_mb << 20
-    before = {p.pid for p in psutil.Process().children()}
+    before = {p.pid for p in psutil.Process().children()} if local else set()
     try:
         ray.init(address=r.address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as err:
@@ -303,6 +305,10 @@ class LocalCluster:
 
     def __init__(self, head: list[psutil.Process]) -> None:
         self.head = head
+        # ray.init installs a native SIGTERM handler that kills the driver on the spot, so no
+        # `finally` would shut the cluster down; raising SystemExit instead unwinds the run.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     def shutdown(self) -> None:
         import ray
@@ -323,6 +329,10 @@ class LocalCluster:
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(alive, timeout=self.GRACE_S)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def actor_runtime(cfg: Config, gpus: float) -> Runtime:
@@ -479,8 +489,6 @@ class RayReservation:
     cluster: LocalCluster | None = None
 
     def release(self) -> None:
-        import ray
-
         if self.group is not None:
             from ray.util.placement_group import remove_placement_group
 
