@@ -310,8 +310,13 @@ class PopulationRun:
             self.buffer.add([p.task for p in props], step=step, teacher=teacher, rhos=rhos)
 
     def _evolve(self, step: int) -> list[dict[str, Any]]:
-        """Every K steps replace the weakest of each role by children of stronger members."""
-        if self.evolution is None:
+        """Every K steps replace the weakest of each role by children of stronger members.
+
+        Not at the run's last configured step: a child born there would never train, yet it
+        would be handed to the user as a live member (and be scored, ranked and evaluated as
+        one) in place of a member that had trained all run.
+        """
+        if self.evolution is None or step >= self.cfg.run.steps:
             return []
         scores = {role: {m.name: m.conservative for m in self.league.alive(role)} for role in ("teacher", "student")}
         ages = {m.name: m.age(step) for role in ("teacher", "student") for m in self.league.alive(role)}
