@@ -18,6 +18,7 @@ from __future__ import annotations
 import dis
 import functools
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 from types import CodeType
@@ -309,9 +310,17 @@ def _compile_error(what: str, err: BaseException) -> Rejection:
     return Rejection("syntax", f"{what}: {type(err).__name__}: {err}")
 
 
+def _quiet_compile(source: str, filename: str, mode: str) -> CodeType:
+    """compile() without CPython's SyntaxWarnings ("invalid decimal literal", "perhaps you missed
+    a comma?"): generated code earns them by the dozen, and they went to the run's console."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return compile(source, filename, mode, dont_inherit=True)
+
+
 def _compile(source: str, mode: str, what: str) -> CodeType | Rejection:
     try:
-        return compile(source, f"<{what}>", mode, dont_inherit=True)
+        return _quiet_compile(source, f"<{what}>", mode)
     except SyntaxError as err:
         return Rejection("syntax", f"{what}: {err.msg} (line {err.lineno})")
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
@@ -387,7 +396,7 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
         parts.append(f"lambda: {_PACK}(\n{text}\n),\n")
         lines += text.count("\n") + 3
     try:
-        code = compile("(\n" + "".join(parts) + ")", f"<{what}>", "eval", dont_inherit=True)
+        code = _quiet_compile("(\n" + "".join(parts) + ")", f"<{what}>", "eval")
     except SyntaxError as err:
         return _blame_input(sources, what, err)
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
@@ -409,7 +418,7 @@ def _blame_input(sources: tuple[str, ...] | list[str], what: str, err: SyntaxErr
     """Name the input that broke the joint compile (the failure path only, so cost is moot)."""
     for i, text in enumerate(sources):
         try:
-            compile(f"{_PACK}(\n{text}\n)", "<input>", "eval", dont_inherit=True)
+            _quiet_compile(f"{_PACK}(\n{text}\n)", "<input>", "eval")
         except SyntaxError as own:
             return Rejection("syntax", f"{what if len(sources) == 1 else f'{what}[{i}]'}: {own.msg}")
         except (ValueError, RecursionError, MemoryError, OverflowError) as own:
