@@ -35,6 +35,17 @@ def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
     }
 
 
+def _parsed_depths(programs: Sequence[str]) -> list[int]:
+    """AST depth of each program that parses; the rest are skipped."""
+    depths = []
+    for program in programs:
+        try:
+            depths.append(measure(program).ast_depth)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return depths
+
+
 def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dict[str, Any]], *,
              wall_s: float, phases: dict[str, float], matches: Sequence[MatchRecord] = (),
              retention: list[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -55,6 +66,10 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "cyclomatic": _mean([c.cyclomatic for c in complexity]),
         "loc": _mean([c.loc for c in complexity]),
         "n_vars": _mean([c.n_vars for c in complexity]),
+        # what the executor rejected: beside `ast_depth` it separates what the teachers write
+        # from what validity lets through (a curriculum can simplify by either)
+        "invalid_ast_depth": _mean(_parsed_depths([p.task.program for p in game.proposals
+                                                    if p.task is not None and not p.valid])),
         "logprob_gap_max": learn.get("logprob_gap_max"),
         "tokens_generated": tokens,
         "verify_per_s": round(game.verified / game.verify_s, 1) if game.verify_s > 0 else None,

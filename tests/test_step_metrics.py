@@ -1,0 +1,39 @@
+"""The metrics row separates the complexity of what the teachers wrote from what the executor let through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from popula.adapters.ref import AdapterRef
+from popula.engines.base import Sample
+from popula.records import TaskRecord, VerifyResult
+from popula.run.selfplay import Proposal, StepGame
+from popula.run.step_metrics import step_row
+
+SHALLOW = "def f(x):\n    return x + 1"
+DEEP = "def f(x):\n    if x > 0:\n        for i in range(x):\n            if i % 2:\n                x = x + (i * (i - 1))\n    return x"
+
+
+def proposal(program: str | None, valid: bool) -> Proposal:
+    task = None if program is None else TaskRecord(id="t", type="code_o", program=program, inputs=["1"])
+    verdict = None if program is None else VerifyResult(id="t", valid=valid, reason=None if valid else "runtime_error")
+    return Proposal(teacher="T0", task_type="code_o", prompt_ids=[1], sample=Sample([2], program or "", [-0.1], "stop"),
+                    adapter=AdapterRef("T0", 0, 0, Path(".")), task=task, verdict=verdict)
+
+
+def row(*proposals: Proposal) -> dict:
+    return step_row(1, StepGame(list(proposals), []), {}, [], wall_s=0.0, phases={})
+
+
+def test_rejected_programs_are_measured_apart_from_valid_ones():
+    got = row(proposal(SHALLOW, valid=True), proposal(DEEP, valid=False), proposal("def f(:", valid=False),
+              proposal(None, valid=False))
+    assert got["valid_rate"] == 0.25
+    shallow, deep = row(proposal(SHALLOW, True))["ast_depth"], row(proposal(DEEP, True))["ast_depth"]
+    assert deep > shallow
+    # only the program that parses counts among the rejected; the unparseable and the missing are skipped
+    assert got["ast_depth"] == shallow and got["invalid_ast_depth"] == deep
+
+
+def test_a_step_with_no_rejected_program_has_no_invalid_depth():
+    assert row(proposal(SHALLOW, valid=True))["invalid_ast_depth"] is None
