@@ -4,8 +4,13 @@ A 2-layer Llama is trained here for a few seconds until it answers a fixed set o
 tasks about a third of the time at temperature 1. A fresh student adapter is then trained
 on exactly those tasks with the student reward, through the run's own engine, sandbox,
 learner and adapter store (`popula.run.ladder`). Its solve rate must climb clearly within
-15 updates; if it does not, nothing downstream (self-play, the league, evolution) can
+20 updates; if it does not, nothing downstream (self-play, the league, evolution) can
 learn either. The full-size rungs on the tiny base are `benchmarks/learning_ladder.py`.
+
+The rate per step is measured on 64 answers (a standard error near 0.06), and the curve
+depends on the machine's float rounding: at lr 3e-3 and 15 updates one machine climbed 0.34
+-> 0.5 and another only 0.30 -> 0.37, so the test trains at 6e-3 for 20 updates (0.30 ->
+0.43 on the second machine) to leave the threshold a margin.
 """
 
 from __future__ import annotations
@@ -51,11 +56,11 @@ def half_trained(tmp_path_factory):
 
 def test_a_student_trained_on_fixed_tasks_with_the_student_reward_solves_them_more_often(half_trained, tmp_path):
     base, tasks = half_trained
-    cfg = load_config(None, ["learner.lr=3.0e-3", "generation.rollouts=8", "generation.student_max_tokens=16",
+    cfg = load_config(None, ["learner.lr=6.0e-3", "generation.rollouts=8", "generation.student_max_tokens=16",
                              "lora.rank=4", "lora.alpha=8", "tasks.types=[code_o]"])
     engine = TorchEngine(base, max_adapters=2, max_rank=4)
     with Sandbox(workers=1) as sandbox:
-        rung = Ladder(cfg, base, tmp_path, engine=engine, sandbox=sandbox, runtime=Runtime("cpu", "float32")).student_rung(tasks, steps=15)
+        rung = Ladder(cfg, base, tmp_path, engine=engine, sandbox=sandbox, runtime=Runtime("cpu", "float32")).student_rung(tasks, steps=20)
     start = statistics.fmean(rung.per_step[:3])
     end = statistics.fmean([*rung.per_step[-4:], rung.final])
     assert 0.1 < start < 0.6, f"the half-trained model should start in between, got {rung.per_step}"
