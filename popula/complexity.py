@@ -35,16 +35,23 @@ def measure(program: str) -> Complexity:
     """Measure a program; raises SyntaxError if it does not parse (validate first)."""
     tree = ast.parse(program)
     return Complexity(
-        ast_depth=_depth(tree) - 1,
+        ast_depth=_depth(tree),
         cyclomatic=sum(_block_complexity(block) for block in cc_visit(program)),
         loc=analyze(program).sloc,
         n_vars=len(_bound_names(tree)),
     )
 
 
+def ast_depth(program: str) -> int:
+    """The AST depth alone, without radon's passes: what a program the executor rejected is
+    measured by. Raises SyntaxError (or ValueError for a null byte) if it does not parse."""
+    return _depth(ast.parse(program))
+
+
 def _depth(node: ast.AST) -> int:
+    """Levels below `node` (a module's own node is not counted)."""
     # Iterative, so a pathologically nested program cannot blow the Python stack.
-    deepest, stack = 0, [(node, 1)]
+    deepest, stack = 0, [(node, 0)]
     while stack:
         current, depth = stack.pop()
         deepest = max(deepest, depth)

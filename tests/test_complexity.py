@@ -2,7 +2,7 @@
 
 import pytest
 
-from popula.complexity import measure
+from popula.complexity import ast_depth, measure
 
 TRIVIAL = "def f(x):\n    return x\n"
 
@@ -28,6 +28,10 @@ def test_trivial_program_has_minimal_measures():
     c = measure(TRIVIAL)
     assert (c.cyclomatic, c.loc, c.n_vars) == (1, 2, 1)
     assert c.ast_depth == 4  # Module > FunctionDef > Return > Name > Load
+
+
+def test_ast_depth_alone_is_the_depth_measure_gives():
+    assert [ast_depth(p) for p in (TRIVIAL, RICHER)] == [measure(p).ast_depth for p in (TRIVIAL, RICHER)] == [4, 8]
 
 
 def test_lines_of_code_skip_blanks_and_comments():

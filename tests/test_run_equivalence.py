@@ -69,9 +69,10 @@ def machine() -> dict[str, str]:
     """What decides the run's float rounding: CPU model and SIMD level, torch build."""
     import torch
 
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                 platform.processor())
     return {"cpu": model, "arch": platform.machine(), "simd": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__}
 
@@ -94,9 +95,9 @@ def test_a_seeded_three_step_run_gives_the_recorded_metrics(proposer, tmp_path, 
         pytest.skip(f"recorded {FIXTURE}")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert any(r["valid_rate"] > 0 for r in rows), "the run must exercise the students"
-    recorded = json.loads(FIXTURE.read_text())
-    if recorded["machine"] != machine():
-        warnings.warn(f"{FIXTURE.name} was recorded on {recorded['machine']}, this is {machine()}: "
+    recorded, here = json.loads(FIXTURE.read_text()), machine()
+    if recorded["machine"] != here:
+        warnings.warn(f"{FIXTURE.name} was recorded on {recorded['machine']}, this is {here}: "
                       "the recorded figures were not compared, only this machine's reproducibility")
         assert_same(seeded_run(proposer, tmp_path / "again"), rows, "second run")
         return

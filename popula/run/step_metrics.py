@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from popula.complexity import measure
+from popula.complexity import ast_depth, measure
 from popula.league.schema import MatchRecord
 from popula.run.selfplay import StepGame
 
@@ -40,7 +40,7 @@ def _parsed_depths(programs: Sequence[str]) -> list[int]:
     depths = []
     for program in programs:
         try:
-            depths.append(measure(program).ast_depth)
+            depths.append(ast_depth(program))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
     return depths
