@@ -128,7 +128,8 @@ def test_no_sandboxed_process_outlives_its_task(sandbox, hostile_results):
 
 HOSTILE_ANSWERS = [
     ("code_o", "def f(x):\n    return x", ["3"], "__import__('os').getcwd()", "forbidden"),
-    ("code_o", "def f(x):\n    return x", ["3"], "[i for i in iter(int, 1)]", "timeout"),
+    # loops for ever without allocating: an infinite *list* races the memory limit against the clock
+    ("code_o", "def f(x):\n    return x", ["3"], "next(i for i in iter(int, 1) if i)", "timeout"),
     ("code_o", "def f(x):\n    return x", ["3"], "f(3)", "runtime_error"),  # the answer cannot call the task
     ("code_i", "def f(x):\n    return x", ["3"], "open('/etc/passwd').read()", "forbidden"),
     ("code_i", "def f(x):\n    return x * 2", ["3"], "10 ** 10 ** 10", "timeout"),
