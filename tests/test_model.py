@@ -306,12 +306,16 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
     from popula.records import read_records
 
     out = tmp_path / "tiny"
-    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--steps", "30", "--heldout", "12"], capture_output=True, text=True)
+    shape = ["--hidden-size", "96", "--layers", "2", "--heads", "3", "--intermediate-size", "200"]
+    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--steps", "30", "--heldout", "12", *shape], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").is_file() and f"saved to {out}" in done.stdout
     assert "pretrain" in done.stderr  # the progress bar
     summary = json.loads((out / MARKER).read_text())
     assert summary["steps"] == 30 and summary["stopped_early"] is False
+    built = json.loads((out / "config.json").read_text())
+    assert (built["hidden_size"], built["num_hidden_layers"], built["num_attention_heads"], built["intermediate_size"]) == (96, 2, 3, 200)
+    assert summary["recipe"]["hidden_size"] == 96  # the shape is part of the recipe, so of its hash
     assert summary["heldout"]["tasks"] == 12 and 0.0 <= summary["heldout"]["greedy_pass1"] <= 1.0
 
     tasks_file = tmp_path / "held.jsonl"
@@ -324,3 +328,14 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
     assert bad.returncode == 2 and "--minutes" in bad.stderr
     bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--steps", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--steps" in bad.stderr
+
+
+def test_cli_pretrain_refuses_a_shape_it_cannot_build_before_building_anything(tmp_path: Path) -> None:
+    out = tmp_path / "never"
+    for flags, says in (
+        (["--layers", "0"], "--layers must be at least 1"),
+        (["--hidden-size", "100", "--heads", "3"], "hidden_size 100 is not a multiple of heads 3"),
+    ):
+        bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), *flags], capture_output=True, text=True)
+        assert bad.returncode == 2 and says in bad.stderr
+    assert not out.exists()

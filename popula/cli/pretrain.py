@@ -1,9 +1,11 @@
-"""`popula pretrain [--out DIR] [--steps N] [--minutes M]`: build the tiny base model.
+"""`popula pretrain [--out DIR] [--steps N] [--minutes M] [--hidden-size H ...]`: build the tiny base model.
 
 Without --out the model goes to the cache (`$POPULA_CACHE`, default ~/.cache/popula),
 under the recipe's hash, where `base_model: tiny` finds it; a cached build with the same
 recipe is reused unless --force. With --out it is written to DIR (Hugging Face format:
 config.json, model.safetensors, tokenizer files, and popula_tiny.json with the recipe).
+The shape flags size the model for studies of how base size bounds what RL can add: a
+run uses such a build with `--set base_model=DIR`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,19 @@ import json
 
 from popula.errors import PopulaError
 from popula.model.recipe import TinyRecipe
+
+SHAPE_FLAGS = {
+    "--hidden-size": "hidden_size",
+    "--layers": "layers",
+    "--heads": "heads",
+    "--intermediate-size": "intermediate_size",
+}
+SHAPE_HELP = {
+    "hidden_size": "model width",
+    "layers": "transformer layers",
+    "heads": "attention heads; they must divide the width",
+    "intermediate_size": "MLP width",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--minutes", type=float, default=None, metavar="M", help="stop training after M minutes even if steps remain, with a warning (default: no limit)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the corpus and the initial weights (default: 0)")
     parser.add_argument("--force", action="store_true", help="rebuild even if the cache holds this recipe")
+    shape = parser.add_argument_group(
+        "model shape", "a different shape is a different recipe (default: the recipe's ~1M-parameter Llama)"
+    )
+    for flag, field in SHAPE_FLAGS.items():
+        default = getattr(TinyRecipe(), field)
+        shape.add_argument(flag, type=int, default=None, metavar="N", dest=field, help=f"{SHAPE_HELP[field]} (default: {default})")
     parser.set_defaults(func=run)
 
 
@@ -56,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
         recipe = replace(recipe, train_steps=args.steps)
     if args.seed is not None:
         recipe = replace(recipe, seed=args.seed)
+    shape = {field: getattr(args, field) for field in SHAPE_FLAGS.values() if getattr(args, field) is not None}
+    for flag, field in SHAPE_FLAGS.items():
+        if shape.get(field, 1) < 1:
+            raise PopulaError(f"{flag} must be at least 1, got {shape[field]}")
+    recipe = replace(recipe, **shape)  # at once: heads must divide the final hidden size
     out = Path(args.out) if args.out else tiny_path(recipe)
     if not args.out and (out / MARKER).is_file() and not args.force:
         print(f"popula pretrain: {out} already holds this recipe (use --force to rebuild)")
