@@ -152,7 +152,7 @@ def test_two_resumes_started_together_one_runs_the_other_exits_2_and_every_step_
 def test_a_resume_waits_for_no_one_after_a_kill_9_of_the_holder_and_writes_each_step_once(quick_base, tmp_path):
     out = tmp_path / "run"
     assert subprocess.run(popula_run(quick_base, out, 1), capture_output=True).returncode == 0
-    holder = subprocess.Popen(popula_run(quick_base, out, 50, "--resume"), stdout=subprocess.DEVNULL,
+    holder = subprocess.Popen(popula_run(quick_base, out, 100_000, "--resume"), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
