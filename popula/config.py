@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from popula.errors import PopulaError
 from popula.league.schema import LeagueConfig
+from popula.rewards import INVALID_TASK_REWARD
 from popula.runtime import DEVICE_PATTERN, resolve_runtime
 
 
@@ -146,6 +147,14 @@ class EvolutionSection(_Section):
             raise PopulaError(f"invalid config: {err}") from None
 
 
+class RewardsConfig(_Section):
+    """The verifier's outcomes as numbers (popula/rewards.py); the design's values by default."""
+
+    invalid_task: float = Field(
+        INVALID_TASK_REWARD, le=0, description="teacher reward for a task that fails to parse, execute or is nondeterministic "
+                                "(the design's -1; docs/results/learning § 16 measures a weaker penalty)")
+
+
 class RunConfig(_Section):
     steps: int = Field(60, ge=1)
     checkpoint_every: int = Field(5, ge=1)
@@ -216,6 +225,7 @@ class Config(_Section):
     league: LeagueSection = LeagueSection()
     evolution: EvolutionSection = EvolutionSection()
     learner: LearnerConfig = LearnerConfig()
+    rewards: RewardsConfig = RewardsConfig()
     run: RunConfig = RunConfig()
     ray: RaySection = RaySection()
     runtime: RuntimeSection = RuntimeSection()

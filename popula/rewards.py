@@ -45,13 +45,14 @@ def solve_rate(correct: Sequence[bool]) -> float:
     return sum(bool(c) for c in correct) / len(correct)
 
 
-def teacher_reward(valid: bool, rho: float | None) -> float:
-    """The teacher's reward for one task: -1 invalid, 0 unsolved, 1 - rho otherwise.
+def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_TASK_REWARD) -> float:
+    """The teacher's reward for one task: `invalid` (-1) invalid, 0 unsolved, 1 - rho otherwise.
 
-    `rho` may be None only for an invalid task (students never see those).
+    `rho` may be None only for an invalid task (students never see those). `invalid` is
+    `rewards.invalid_task` in the config: the design's -1 unless a run studies another.
     """
     if not valid:
-        return INVALID_TASK_REWARD
+        return invalid
     if rho is None or math.isnan(rho) or not 0.0 <= rho <= 1.0:
         raise ValueError(f"a valid task needs a solve rate in [0, 1], got {rho!r}")
     if rho == 0.0:

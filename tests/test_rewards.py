@@ -19,6 +19,10 @@ class TestTeacherReward:
     def test_invalid_task_costs_one_whatever_rho_is_passed(self):
         assert teacher_reward(valid=False, rho=0.5) == -1.0
 
+    def test_a_run_may_set_another_invalid_task_penalty_without_touching_valid_tasks(self):
+        assert teacher_reward(valid=False, rho=None, invalid=-0.25) == -0.25
+        assert teacher_reward(valid=True, rho=0.25, invalid=-0.25) == pytest.approx(0.75)
+
     def test_task_no_rollout_solves_earns_nothing(self):
         assert teacher_reward(valid=True, rho=0.0) == 0.0
 

@@ -89,12 +89,12 @@ def tasks():
     return generate_tasks(12, seed=3, difficulty="easy", namespace="selfplay-test")
 
 
-def play(tmp_path, sandbox, tasks, matches, right):
+def play(tmp_path, sandbox, tasks, matches, right, **settings_overrides):
     tok = byte_tokenizer()
     players = ScriptedPlayers(tasks, tok, right)
     settings = PlaySettings(types=["code_o", "code_i", "code_f"], proposals_per_type=1, references=2,
                             rollouts=ROLLOUTS, temperature=1.0, top_p=1.0, teacher_max_tokens=64,
-                            student_max_tokens=64)
+                            student_max_tokens=64, **settings_overrides)
     selfplay = SelfPlay(players, sandbox, CompactFormat(), tok, [0], settings)
     buffer = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10)
     adapters = {name: AdapterRef(name, 0, i, tmp_path) for i, name in enumerate(["T0", "T1", "S0", "S1"])}
@@ -126,6 +126,13 @@ def test_garbage_proposals_cost_minus_one_and_reach_no_student(tmp_path, sandbox
     game = play(tmp_path, sandbox, tasks, [Match("T1", "S0")], right=1)
     assert [(p.task, p.reward) for p in game.proposals] == [(None, -1.0)] * 3
     assert game.attempts == []
+    assert [r.valid for r in match_results(game, Match("T1", "S0"))] == [False] * 3
+
+
+def test_a_run_may_study_a_weaker_invalid_task_penalty_and_the_league_still_counts_it_a_loss(
+        tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T1", "S0")], right=1, invalid_task_reward=-0.25)
+    assert [p.reward for p in game.proposals] == [-0.25] * 3
     assert [r.valid for r in match_results(game, Match("T1", "S0"))] == [False] * 3
 
 

@@ -137,7 +137,7 @@ class PopulationRun:
                              stop_token_ids(self.tokenizer),
                              PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
                                           g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
-                                          g.student_max_tokens))
+                                          g.student_max_tokens, cfg.rewards.invalid_task))
         if resume:
             self.step = self._restore()
         else:

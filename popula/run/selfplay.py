@@ -22,7 +22,7 @@ from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
 from popula.records import TaskRecord, VerifyResult
-from popula.rewards import solve_rate, student_reward, teacher_reward
+from popula.rewards import INVALID_TASK_REWARD, solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer
 from popula.sandbox import SandboxPool
 from popula.tasks.prompts import PromptFormat
@@ -79,6 +79,7 @@ class PlaySettings:
     top_p: float
     teacher_max_tokens: int
     student_max_tokens: int
+    invalid_task_reward: float = INVALID_TASK_REWARD  # rewards.invalid_task
 
 
 class SelfPlay:
@@ -155,7 +156,7 @@ class SelfPlay:
             judged.append(record)
         for a, verdict in zip(to_judge, self._verify(game, judged)):
             a.correct = bool(verdict.correct)
-        _score(game)
+        _score(game, s.invalid_task_reward)
         return game
 
     def _verify(self, game: StepGame, records: list[TaskRecord]) -> list[VerifyResult]:
@@ -168,7 +169,7 @@ class SelfPlay:
         return verdicts
 
 
-def _score(game: StepGame) -> None:
+def _score(game: StepGame, invalid_task_reward: float) -> None:
     """Solve rates per (task, student), then teacher and student rewards (docs/design.md § What the sources say)."""
     by_pair: dict[tuple[int, str], list[bool]] = defaultdict(list)
     for a in game.attempts:
@@ -180,7 +181,7 @@ def _score(game: StepGame) -> None:
         if p.valid:
             p.reward = float(np.mean([teacher_reward(True, rho) for rho in p.rhos.values()])) if p.rhos else 0.0
         else:
-            p.reward = teacher_reward(False, None)
+            p.reward = teacher_reward(False, None, invalid=invalid_task_reward)
 
 
 def match_results(game: StepGame, match: Match) -> list[TaskResult]:
