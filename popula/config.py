@@ -151,8 +151,9 @@ class RewardsConfig(_Section):
     """The verifier's outcomes as numbers (popula/rewards.py); the design's values by default."""
 
     invalid_task: float = Field(
-        INVALID_TASK_REWARD, le=0, description="teacher reward for a task that fails to parse, execute or is nondeterministic "
-                                "(the design's -1; docs/results/learning § 16 measures a weaker penalty)")
+        INVALID_TASK_REWARD, le=0,
+        description="teacher reward for a task that fails to parse, execute or is nondeterministic "
+                    "(the design's -1; docs/results/learning § 16 measures a weaker penalty)")
 
 
 class RunConfig(_Section):

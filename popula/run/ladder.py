@@ -175,8 +175,8 @@ class Ladder:
             rho = dict(zip(good, (solve_rate([bool(c) for c in row]) for row in correct)))
             rollouts = [Rollout(adapter="teacher", role="teacher", task_type=t, group=f"teacher:{t}", prompt_ids=ids,
                                 completion_ids=r.samples[0].token_ids, sampler_logprobs=r.samples[0].logprobs,
-                                adapter_version=ref.version, reward=teacher_reward(valid[i], rho.get(i),
-                                                                     invalid=self.cfg.rewards.invalid_task),
+                                adapter_version=ref.version,
+                                reward=teacher_reward(valid[i], rho.get(i), invalid=self.cfg.rewards.invalid_task),
                                 temperature=self.cfg.generation.temperature)
                         for i, ((t, ids), r) in enumerate(zip(plan, results))]
             self.learner.step(rollouts)
