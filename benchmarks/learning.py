@@ -10,7 +10,9 @@ already finished or interrupted in OUT is resumed, not restarted). Then it score
 `popula eval`, every student alive at the end of each population run, the single agent's
 adapter and the bare base on one held-out set of generated tasks. The population's headline
 model is its best student by conservative TrueSkill rating (the one a user would pick without
-looking at held-out scores); the weakest live student is reported beside it.
+looking at held-out scores); the weakest live student is reported beside it. Differences
+between models are also measured task by task on the shared held-out set (`popula.paired`):
+the mean per-task difference, its standard error over tasks and its spread over seeds.
 
 The held-out tasks come from the generator's held-out namespace at `--heldout-seed`, a stream
 that neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
@@ -41,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.eval_target import best_student  # noqa: E402
 from popula.league import League  # noqa: E402
+from popula.paired import PairedDifference, paired_difference  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
@@ -146,14 +149,15 @@ def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -
 def _eval_job(args: argparse.Namespace, heldout: Path, target: Target, out: Path) -> Job:
     argv = [sys.executable, "-m", "popula", "eval", target.spec, "--tasks", str(heldout),
             "--samples", str(args.samples), "--temperature", str(args.temperature),
-            "--max-tokens", str(args.max_tokens), "--json"]
+            "--max-tokens", str(args.max_tokens), "--json", "--per-task"]
     argv += ["--adapter", target.adapter] if target.adapter else []
     return Job(f"eval {out.stem}", argv, out.with_suffix(".log"), stdout=out)
 
 
 def _complete(path: Path) -> bool:
+    """A finished report with per-task counts (the paired comparisons need them)."""
     try:
-        return "overall" in json.loads(path.read_text())
+        return "per_task" in json.loads(path.read_text())
     except (OSError, ValueError):
         return False
 
@@ -214,11 +218,13 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
                                                   "samples": args.samples, "temperature": args.temperature,
                                                   "max_tokens": args.max_tokens}}
     picked: dict[str, list[dict]] = {"base": [base], "single": [], "population": [], "weakest": []}
+    headline: dict[str, list[dict]] = {"single": [], "population": []}  # the reports compared task by task
     students_above_base = []
     for (label, seed), run_dir in run_dirs.items():
         mine = {t.adapter: _pass(r) for t, r in reports.items() if (t.label, t.seed) == (label, seed)}
         best = best_student(run_dir)
         picked[label].append({**mine[best], "model": f"{run_dir.name}/{best}"})
+        headline[label].append(next(r for t, r in reports.items() if (t.label, t.seed, t.adapter) == (label, seed, best)))
         if label == "population":
             weakest = min(mine, key=lambda n: mine[n]["pass1"])
             picked["weakest"].append({**mine[weakest], "model": f"{run_dir.name}/{weakest}"})
@@ -236,6 +242,11 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
     pop, single = out["population"]["pass1"]["values"], out["single"]["pass1"]["values"]
     out["population_beats_single"] = {"seeds": sum(p > s for p, s in zip(pop, single)), "of": len(pop),
                                       "mean_diff": statistics.fmean(pop) - statistics.fmean(single)}
+    bare = [next(r for t, r in reports.items() if t.seed is None)] * len(args.seeds)
+    out["paired"] = {name: paired_difference(a, b).to_json() for name, (a, b) in {
+        "population - single": (headline["population"], headline["single"]),
+        "population - base": (headline["population"], bare),
+        "single - base": (headline["single"], bare)}.items()}
     return out
 
 
@@ -265,6 +276,8 @@ def format_table(summary: dict) -> str:
     lines += ["", f"population best student above the single agent in {b['seeds']} of {b['of']} seeds "
                   f"(mean difference {b['mean_diff']:+.3f} pass@1); largest logprob_gap_max: population "
                   f"{summary['population']['logprob_gap_max']:.1e}, single {summary['single']['logprob_gap_max']:.1e}"]
+    lines += ["", "paired pass@1 differences on the same held-out tasks (population: its best student by rating):"]
+    lines += [f"- {name}: {PairedDifference(**d).describe()}" for name, d in summary["paired"].items()]
     return "\n".join(lines)
 
 

@@ -43,6 +43,7 @@ from popula.eval_plot import pass_at_1_with_error  # noqa: E402
 from popula.eval_target import evaluate_target  # noqa: E402
 from popula.evaluate import EvalSettings  # noqa: E402
 from popula.model.base import resolve_base_model  # noqa: E402
+from popula.paired import paired_difference  # noqa: E402
 from popula.run.builders import build_engine, build_sandbox, runtime_of  # noqa: E402
 from popula.run.ladder import Ladder  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
@@ -66,9 +67,9 @@ def main() -> None:
     cfg = load_config(args.config, args.overrides)
     base = resolve_base_model(cfg.base_model)
     figures: dict[str, dict] = {}
-    scores: dict[str, list[float]] = {}  # per held-out task pass@1, by model
+    reports: dict[str, dict] = {}  # held-out `--per-task` report, by model, for paired comparisons
     if args.heldout and any(r != "teacher" for r in args.rungs):
-        figures["base"] = {"heldout": _heldout(cfg.base_model, args.heldout, None, scores, "base")}
+        figures["base"] = {"heldout": _heldout(cfg.base_model, args.heldout, None, reports, "base")}
     for rung_name in args.rungs:
         def progress(step: int, rate: float, rung_name: str = rung_name) -> None:
             print(f"{rung_name} rung: step {step}/{args.steps} rate {rate:.3f}", file=sys.stderr, flush=True)
@@ -90,7 +91,7 @@ def main() -> None:
                     refs = generate_tasks(60, args.seed + 1, namespace="ladder-refs")
                     rung = ladder.teacher_rung(refs, args.steps, args.proposals, np.random.default_rng(args.seed),
                                                progress)
-                heldout = (_heldout(cfg.base_model, args.heldout, str(rung.adapter.path), scores, rung_name)
+                heldout = (_heldout(cfg.base_model, args.heldout, str(rung.adapter.path), reports, rung_name)
                            if args.heldout and rung_name != "teacher" else None)
         finally:
             engine.close()
@@ -99,7 +100,9 @@ def main() -> None:
                               "first3": statistics.fmean(curve[:3]), "last3": statistics.fmean(curve[-3:]),
                               "seconds": round(time.monotonic() - start, 1)}
         if heldout is not None:
-            figures[rung_name]["heldout"] = {**heldout, **_paired_gain(scores[rung_name], scores["base"])}
+            gain = paired_difference([reports[rung_name]], [reports["base"]])
+            figures[rung_name]["heldout"] = {**heldout, "gain": gain.mean, "gain_se": gain.task_se,
+                                             "better_tasks": gain.better_tasks, "worse_tasks": gain.worse_tasks}
     print(f"config {args.config} {' '.join(args.overrides)}: lr {cfg.learner.lr}, rollouts {cfg.generation.rollouts}")
     for name, f in figures.items():
         if "curve" in f:
@@ -117,21 +120,12 @@ def main() -> None:
 HELDOUT = EvalSettings(samples=4, temperature=0.8, max_tokens=96)  # as benchmarks/learning.py scores every model
 
 
-def _heldout(base_model: str, tasks: Path, adapter: str | None, scores: dict[str, list[float]], label: str) -> dict:
+def _heldout(base_model: str, tasks: Path, adapter: str | None, reports: dict[str, dict], label: str) -> dict:
     """pass@1 (with its standard error over tasks) and pass@k of the base, or of the base with
-    `adapter`; the per-task pass@1 goes to `scores[label]` for paired comparisons."""
-    report = evaluate_target(base_model, tasks, adapter=adapter, settings=HELDOUT)
-    per_task = scores[label] = [t.correct / t.samples for t in sorted(report.per_task, key=lambda t: t.id)]
-    pass1, se = pass_at_1_with_error(report.to_json(), "overall")
-    return {"pass_at_1": pass1, "pass_at_k": report.overall.pass_at_k, "tasks": len(per_task), "se": se}
-
-
-def _paired_gain(model: list[float], base: list[float]) -> dict:
-    """The mean per-task pass@1 difference over the base and its standard error: both models
-    answer the same tasks, so the task-to-task spread cancels and only sampling noise remains."""
-    diff = [m - b for m, b in zip(model, base, strict=True)]
-    return {"gain": statistics.fmean(diff), "gain_se": statistics.stdev(diff) / len(diff) ** 0.5,
-            "better_tasks": sum(d > 0 for d in diff), "worse_tasks": sum(d < 0 for d in diff)}
+    `adapter`; the report goes to `reports[label]` for paired comparisons (`popula.paired`)."""
+    report = reports[label] = evaluate_target(base_model, tasks, adapter=adapter, settings=HELDOUT).to_json()
+    pass1, se = pass_at_1_with_error(report, "overall")
+    return {"pass_at_1": pass1, "pass_at_k": report["overall"]["pass_at_k"], "tasks": len(report["per_task"]), "se": se}
 
 
 if __name__ == "__main__":
