@@ -213,7 +213,8 @@ def _window(rows: list[dict], key: str, last: bool) -> float | None:
 
 def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: dict[tuple[str, int], Path],
                curves: dict[str, list[list[dict]]]) -> dict:
-    base = _pass(next(r for t, r in reports.items() if t.seed is None))
+    bare = next(r for t, r in reports.items() if t.seed is None)
+    base = _pass(bare)
     out: dict = {"seeds": args.seeds, "heldout": {"tasks": args.heldout, "seed": args.heldout_seed,
                                                   "samples": args.samples, "temperature": args.temperature,
                                                   "max_tokens": args.max_tokens}}
@@ -221,10 +222,11 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
     headline: dict[str, list[dict]] = {"single": [], "population": []}  # the reports compared task by task
     students_above_base = []
     for (label, seed), run_dir in run_dirs.items():
-        mine = {t.adapter: _pass(r) for t, r in reports.items() if (t.label, t.seed) == (label, seed)}
+        run_reports = {t.adapter: r for t, r in reports.items() if (t.label, t.seed) == (label, seed)}
+        mine = {name: _pass(r) for name, r in run_reports.items()}
         best = best_student(run_dir)
         picked[label].append({**mine[best], "model": f"{run_dir.name}/{best}"})
-        headline[label].append(next(r for t, r in reports.items() if (t.label, t.seed, t.adapter) == (label, seed, best)))
+        headline[label].append(run_reports[best])
         if label == "population":
             weakest = min(mine, key=lambda n: mine[n]["pass1"])
             picked["weakest"].append({**mine[weakest], "model": f"{run_dir.name}/{weakest}"})
@@ -242,11 +244,11 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
     pop, single = out["population"]["pass1"]["values"], out["single"]["pass1"]["values"]
     out["population_beats_single"] = {"seeds": sum(p > s for p, s in zip(pop, single)), "of": len(pop),
                                       "mean_diff": statistics.fmean(pop) - statistics.fmean(single)}
-    bare = [next(r for t, r in reports.items() if t.seed is None)] * len(args.seeds)
+    bare_per_seed = [bare] * len(args.seeds)
     out["paired"] = {name: paired_difference(a, b).to_json() for name, (a, b) in {
         "population - single": (headline["population"], headline["single"]),
-        "population - base": (headline["population"], bare),
-        "single - base": (headline["single"], bare)}.items()}
+        "population - base": (headline["population"], bare_per_seed),
+        "single - base": (headline["single"], bare_per_seed)}.items()}
     return out
 
 
