@@ -59,10 +59,13 @@ class TasksConfig(_Section):
     )
     proposals_per_type: int = Field(2, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
-    reference_weighting: Literal["uniform", "challenge"] = Field(
-        "uniform", description="how references are drawn from the buffer: uniformly, or towards deep tasks "
-                               "the students found hard (popula.run.buffer)"
+    reference_weighting: Literal["uniform", "challenge", "frontier"] = Field(
+        "uniform", description="how references are drawn from the buffer: uniformly, towards deep tasks "
+                               "the students found hard (challenge), or exponentially towards tasks deeper "
+                               "than the buffer's mean (frontier; popula.run.buffer)"
     )
+    frontier_tilt: float = Field(1.0, gt=0, description="frontier weighting: the weight's factor per AST "
+                                                         "level above the buffer's mean depth is exp(tilt)")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
     buffer_size: int = Field(2048, ge=1)
 

@@ -37,6 +37,31 @@ def test_challenge_weighting_shows_deep_tasks_the_students_found_hard_more_often
         TaskBuffer(tmp_path / "x.jsonl", capacity=10, weighting="hardest")
 
 
+def test_frontier_weighting_pulls_references_above_the_pools_mean_depth(tmp_path):
+    """Ten shallow tasks and one two levels deeper, equally hard: challenge weighting shows the
+    deep one about an eighth of the time, frontier weighting (tilt 1) about 43% of the time."""
+    deep = TaskRecord(id="deep", type="code_o", inputs=["1"], outputs=["2"],
+                      program="def f(x):\n    for i in range(2):\n        if x > i:\n            x = x + 1\n    return x\n")
+    rates = {}
+    for weighting in ("challenge", "frontier"):
+        buf = TaskBuffer(tmp_path / f"{weighting}.jsonl", capacity=20, weighting=weighting, tilt=1.0)
+        buf.add([task(i) for i in range(10)] + [deep], step=1, teacher="T0", rhos=[0.5] * 11)
+        rng = np.random.default_rng(0)
+        rates[weighting] = [buf.sample("code_o", 1, rng)[0].id for _ in range(1000)].count("deep") / 1000
+    assert 0.05 < rates["challenge"] < 0.2
+    assert 0.33 < rates["frontier"] < 0.53
+
+
+def test_frontier_tilt_is_clipped_so_one_outlier_cannot_take_every_draw(tmp_path):
+    nested = "def f(x):\n" + "".join("    " * (i + 1) + "if x > %d:\n" % i for i in range(12)) + "    " * 13 + "return x\n"
+    outlier = TaskRecord(id="outlier", type="code_o", inputs=["1"], outputs=["None"], program=nested + "    return 0\n")
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=80, weighting="frontier", tilt=1.0)
+    buf.add([task(i) for i in range(60)] + [outlier], step=1, teacher="T0", rhos=[0.5] * 61)
+    rng = np.random.default_rng(0)
+    share = [buf.sample("code_o", 1, rng)[0].id for _ in range(1000)].count("outlier") / 1000
+    assert share < 0.4  # clipped at e^3 against 60 x e^-0.2: ~29%; unclipped, e^11 would take every draw
+
+
 def test_pool_keeps_the_newest_tasks_up_to_capacity(tmp_path):
     buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=3)
     buf.add([task(i) for i in range(5)], step=0, teacher="T0", rhos=[None] * 5)

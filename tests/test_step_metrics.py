@@ -37,3 +37,10 @@ def test_rejected_programs_are_measured_apart_from_valid_ones():
 
 def test_a_step_with_no_rejected_program_has_no_invalid_depth():
     assert row(proposal(SHALLOW, valid=True))["invalid_ast_depth"] is None
+
+
+def test_the_row_reports_the_mean_depth_of_the_references_the_teachers_were_shown():
+    shown_deep, shown_shallow, shown_none = (proposal(SHALLOW, True) for _ in range(3))
+    shown_deep.reference_depth, shown_shallow.reference_depth = 7.0, 5.0
+    assert row(shown_deep, shown_shallow, shown_none)["reference_depth"] == 6.0  # a proposal shown none is skipped
+    assert row(shown_none)["reference_depth"] is None

@@ -6,7 +6,14 @@ simplify (easy programs are valid more often) their references simplify too and 
 curriculum collapses on itself. `challenge` weighting draws references in proportion to
 (1 + AST depth) x how hard they were for the students that met them (1 - rho, a little
 for unsolved ones, which may be impossible), so the examples pull proposals towards the
-frontier instead.
+frontier instead. Its depth factor is weak, though: one AST level above the pool's
+mean raises a task's weight by about 15%, while the sandbox rejects deep programs more often
+than shallow ones (a level deeper on average), so the accepted pool still drifts down.
+`frontier` weighting tilts exponentially instead: a task's hardness times
+exp(tilt x (its depth - the pool's mean depth)), the difference clipped to
++-FRONTIER_CLIP levels so that one very deep program cannot take every draw. Measured
+relative to the pool, the tilt keeps pulling references above whatever the teachers
+currently write, and the sandbox's validity filter is what holds it back.
 
 Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log, so a
 running run can be inspected), and the in-memory pool keeps the newest `capacity` per
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,23 +39,44 @@ UNSOLVED_WEIGHT = 0.25  # challenge weight of a task no student solved (hard, or
 UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed tasks)
 
 
-def challenge_weight(record: TaskRecord) -> float:
-    """(1 + AST depth) x difficulty for the students: 1 - rho + 0.1, 0.25 if unsolved, 0.5 if unseen."""
+FRONTIER_CLIP = 3.0  # AST levels from the pool's mean beyond which the frontier tilt stops growing
+WEIGHTINGS = ("uniform", "challenge", "frontier")
+
+
+def task_depth(record: TaskRecord) -> int:
+    """A buffered task's AST depth, measured once and kept in its record."""
     depth = record.extra.get("depth")
     if depth is None:
         depth = record.extra["depth"] = measure(record.program).ast_depth
+    return depth
+
+
+def _hardness(record: TaskRecord) -> float:
+    """How hard a task was for the students: 1 - rho + 0.1, 0.25 if unsolved, 0.5 if unseen."""
     rho = record.extra.get("rho")
-    hardness = UNSEEN_WEIGHT if rho is None else UNSOLVED_WEIGHT if rho == 0 else 1.0 - float(rho) + 0.1
-    return (1.0 + depth) * hardness
+    return UNSEEN_WEIGHT if rho is None else UNSOLVED_WEIGHT if rho == 0 else 1.0 - float(rho) + 0.1
+
+
+def challenge_weight(record: TaskRecord) -> float:
+    """(1 + AST depth) x difficulty for the students."""
+    return (1.0 + task_depth(record)) * _hardness(record)
+
+
+def frontier_weights(records: Sequence[TaskRecord], tilt: float) -> np.ndarray:
+    """Difficulty x exp(tilt x (depth - mean depth of `records`)), the difference clipped."""
+    depths = np.array([task_depth(r) for r in records], dtype=float)
+    above = np.clip(depths - depths.mean(), -FRONTIER_CLIP, FRONTIER_CLIP)
+    return np.array([_hardness(r) for r in records]) * np.exp(tilt * above)
 
 
 class TaskBuffer:
-    def __init__(self, path: Path, capacity: int, weighting: str = "uniform") -> None:
-        if weighting not in ("uniform", "challenge"):
-            raise PopulaError(f"reference weighting must be 'uniform' or 'challenge', got {weighting!r}")
+    def __init__(self, path: Path, capacity: int, weighting: str = "uniform", tilt: float = 1.0) -> None:
+        if weighting not in WEIGHTINGS:
+            raise PopulaError(f"reference weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
         self.path = path
         self.capacity = capacity
         self.weighting = weighting
+        self.tilt = tilt
         self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in TASK_TYPES}
 
     def __len__(self) -> int:
@@ -71,6 +100,9 @@ class TaskBuffer:
         p = None
         if self.weighting == "challenge":
             w = np.array([challenge_weight(r) for r in pool])
+            p = w / w.sum()
+        elif self.weighting == "frontier":
+            w = frontier_weights(pool, self.tilt)
             p = w / w.sum()
         picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=p)
         return [pool[i] for i in picks]

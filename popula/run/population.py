@@ -127,7 +127,8 @@ class PopulationRun:
                                   target_modules=cfg.lora.target_modules, seed=cfg.seed)
         self.checkpoints = Checkpoints(run_dir / "checkpoints")
         self.metrics = MetricsLog(run_dir)
-        self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size, cfg.tasks.reference_weighting)
+        self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size, cfg.tasks.reference_weighting,
+                                 cfg.tasks.frontier_tilt)
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.workers = build_workers(cfg, self.base_path, self.reservation)

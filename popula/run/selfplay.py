@@ -23,7 +23,7 @@ from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
 from popula.records import TaskRecord, VerifyResult
 from popula.rewards import INVALID_TASK_REWARD, solve_rate, student_reward, teacher_reward
-from popula.run.buffer import TaskBuffer
+from popula.run.buffer import TaskBuffer, task_depth
 from popula.sandbox import SandboxPool
 from popula.tasks.prompts import PromptFormat
 
@@ -41,6 +41,7 @@ class Proposal:
     verdict: VerifyResult | None = None
     rhos: dict[str, float] = field(default_factory=dict)  # matched student -> solve rate
     reward: float = 0.0
+    reference_depth: float | None = None  # mean AST depth of the references it was shown
 
     @property
     def valid(self) -> bool:
@@ -105,12 +106,14 @@ class SelfPlay:
 
         # (2) every teacher proposes, shown K references drawn from the buffer
         plan: list[tuple[str, str, list[int]]] = []
+        ref_depths: list[float | None] = []
         for teacher in teachers:
             for task_type in s.types:
                 for _ in range(s.proposals_per_type):
                     refs = buffer.sample(task_type, s.references, rng)
                     prompt = self.fmt.teacher_prompt(task_type, refs)
                     plan.append((teacher, task_type, encode_prompt(self.tokenizer, prompt)))
+                    ref_depths.append(float(np.mean([task_depth(r) for r in refs])) if refs else None)
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.temperature, top_p=s.top_p,
                               max_tokens=s.teacher_max_tokens, seed=_seed(seed, step, 0, i),
@@ -123,7 +126,8 @@ class SelfPlay:
             task = self.fmt.parse_proposal(sample.text, task_type)
             if task is not None:
                 task.id = f"s{step}-{teacher}-{i}"
-            proposals.append(Proposal(teacher, task_type, ids, sample, adapters[teacher], task))
+            proposals.append(Proposal(teacher, task_type, ids, sample, adapters[teacher], task,
+                                      reference_depth=ref_depths[i]))
 
         # (3) the sandbox validates them and computes outputs
         game = StepGame(proposals, [])

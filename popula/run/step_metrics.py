@@ -70,6 +70,9 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         # from what validity lets through (a curriculum can simplify by either)
         "invalid_ast_depth": _mean(_parsed_depths([p.task.program for p in game.proposals
                                                     if p.task is not None and not p.valid])),
+        # what the teachers were shown: proposals follow their references, so a curriculum
+        # that climbs or falls with them is steered by the buffer, not only by the reward
+        "reference_depth": _mean([p.reference_depth for p in game.proposals if p.reference_depth is not None]),
         "logprob_gap_max": learn.get("logprob_gap_max"),
         "tokens_generated": tokens,
         "verify_per_s": round(game.verified / game.verify_s, 1) if game.verify_s > 0 else None,
