@@ -5,13 +5,17 @@
 Teachers: for each task type, the model proposes tasks at temperature 1 from prompts
 showing K=6 held-out reference tasks; a proposal counts as valid when it parses and
 the sandbox accepts it; distinct_rate is the share of valid proposals whose program and
-inputs are unique among them (distinct_programs: programs alone). Students: held-out generated tasks (the
+inputs are unique among them (distinct_programs: programs alone). Reference following: the same proposals again, once
+from the shallowest third of the reference tasks by AST depth and once from the deepest third;
+`reference_following` is how many levels the proposals' mean depth moves per level that the
+references' mean depth moves (0: the model ignores its references' depth, 1: it copies it);
+self-play can steer the curriculum through the references only as far as this. Students: held-out generated tasks (the
 "heldout" stream, never in the corpus) are posed in the model's own prompt format; an
 answer counts when the sandbox judges it correct. Solve rates are the mean over
 `--samples` samples per task at temperature 1 (what self-play rollouts see: a student
 answers each task with several) and, for reference, of greedy decoding.
 
-Last line: {"valid_rate", "distinct_rate", "solve_code_o", "solve_code_i", "solve_code_f", ...}
+Last line: {"valid_rate", "distinct_rate", "reference_following", "solve_code_o", "solve_code_i", "solve_code_f", ...}
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads
 import torch  # noqa: E402
 
+from popula.complexity import ast_depth  # noqa: E402
 from popula.model.base import load_base  # noqa: E402
 from popula.records import TASK_TYPES, TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
@@ -58,6 +63,14 @@ def sample(model, tokenizer, prompts: list[str], *, temperature: float, max_new_
     return texts
 
 
+def _depth_or_none(program: str) -> int | None:
+    """AST depth of a proposed program, None when it does not parse."""
+    try:
+        return ast_depth(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny", help="base model spec (default: tiny, built if missing)")
@@ -72,7 +85,7 @@ def main() -> None:
     model, tokenizer = load_base(args.model)
     fmt = prompt_format(tokenizer)
     rng = random.Random(args.seed)
-    refs = {t: generate_tasks(40, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in TASK_TYPES}
+    refs = {t: generate_tasks(90, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in TASK_TYPES}
     held = {t: generate_tasks(args.tasks, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE) for t in TASK_TYPES}
 
     rows = []
@@ -98,6 +111,26 @@ def main() -> None:
         figures["valid_rate"] = valid / max(total, 1)
         figures["distinct_rate"] = distinct / max(valid, 1)
         figures["distinct_programs"] = len(set(programs)) / max(len(programs), 1)
+        # reference following: proposals from the shallowest and the deepest third of the references
+        visible = getattr(fmt, "max_references", None) or K_REFERENCES  # the compact format shows the last 3
+        shown: dict[str, list[float]] = {"shallow": [], "deep": []}
+        written: dict[str, list[float]] = {"shallow": [], "deep": []}
+        for t in TASK_TYPES:
+            by_depth = sorted(refs[t], key=lambda r: ast_depth(r.program))
+            third = len(by_depth) // 3
+            for end, pool in (("shallow", by_depth[:third]), ("deep", by_depth[-third:])):
+                picks = [rng.sample(pool, K_REFERENCES) for _ in range(args.proposals)]
+                texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks], temperature=1.0, max_new_tokens=320)
+                shown[end] += [ast_depth(r.program) for p in picks for r in p[-visible:]]
+                written[end] += [_depth_or_none(p.program) for p in (fmt.parse_proposal(x, t) for x in texts) if p is not None]
+        for end in ("shallow", "deep"):
+            depths = [d for d in written[end] if d is not None]
+            figures[f"ref_depth_{end}"] = sum(shown[end]) / len(shown[end])
+            figures[f"proposal_depth_{end}"] = sum(depths) / max(len(depths), 1)
+            rows.append((f"refs {end} third", f"shown depth {figures[f'ref_depth_{end}']:.2f}",
+                         f"proposal depth {figures[f'proposal_depth_{end}']:.2f}", f"parsed {len(depths)}"))
+        figures["reference_following"] = (figures["proposal_depth_deep"] - figures["proposal_depth_shallow"]) / (
+            figures["ref_depth_deep"] - figures["ref_depth_shallow"])
         # students
         for t in TASK_TYPES:
             for label, temperature, k in (("solve", 1.0, args.samples), ("greedy", 0.0, 1)):

@@ -88,6 +88,29 @@ def test_teacher_proposals_lean_to_short_programs_as_steeply_as_the_recipe_says(
     assert mean_lines[3.0] < mean_lines[0.0] - 1
 
 
+def test_teacher_references_lie_within_the_recipes_depth_window_of_the_proposal() -> None:
+    """So the base learns to propose at its references' depth: the buffer's weighting can steer it."""
+    from popula.complexity import ast_depth
+
+    pool = generate_tasks(200, seed=1, types=["code_f"], namespace="test-corpus")
+    by_program = {t.program: ast_depth(t.program) for t in pool}
+    gaps = {}
+    for window in (None, 1):
+        sampler = ExampleSampler(pool, CompactFormat(), random.Random(5), max_references=3, teacher_share=1.0,
+                                 reference_depth_window=window)
+        worst, total = 0, 0.0
+        for _ in range(200):
+            ex = sampler.teacher("code_o")
+            target = by_program[ex.completion.split("\n>>> ")[0]]
+            refs = [d for program, d in by_program.items() if f"### ref\n{program}\n>>>" in ex.prompt]
+            assert refs
+            worst = max(worst, *(abs(d - target) for d in refs))
+            total += sum(abs(d - target) for d in refs) / len(refs)
+        gaps[window] = (worst, total / 200)
+    assert gaps[1][0] <= 1  # every reference within one level
+    assert gaps[None][1] > 2 * gaps[1][1]  # drawn at random, they are much further off
+
+
 def test_code_f_answers_for_constant_programs_are_the_constant_and_the_sandbox_accepts_them() -> None:
     from popula.sandbox import Sandbox
 

@@ -73,6 +73,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         student_mix=dict(zip(ExampleSampler.STUDENT_TYPES, recipe.student_mix)),
         short_power=recipe.short_power,
         proposal_power=recipe.proposal_power,
+        reference_depth_window=recipe.reference_depth_window,
     )
     sample_texts = []
     for _ in range(2000):

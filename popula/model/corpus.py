@@ -1,10 +1,18 @@
 """The cold-start corpus: teacher and student examples in the exact self-play formats.
 
 A pool of generated programs, each with ten inputs whose outputs the sandbox computed,
-yields every kind of example: a teacher proposal (K random pool tasks as references, a
-different pool task as the proposal), and student answers for code_o (the output),
-code_i (the input that produced the output) and code_f (the program). Examples are drawn
-on the fly, so the model rarely sees the same teacher prompt twice.
+yields every kind of example: a teacher proposal (K pool tasks as references, a different
+pool task as the proposal), and student answers for code_o (the output), code_i (the input
+that produced the output) and code_f (the program). Examples are drawn on the fly, so the
+model rarely sees the same teacher prompt twice.
+
+What a teacher example's references say about its proposal is what the model learns to
+read from references in self-play. Drawn independently of the proposal, they say nothing,
+and a base built so ignores them: shown references 1.2 AST levels deeper, its teachers
+wrote programs as deep as before (docs/results/learning, section 18), so no choice of
+references from the buffer could steer the curriculum. With `reference_depth_window` the
+references are pool tasks within that many levels of the proposal's depth: the model
+learns to propose at its references' depth, and the buffer's weighting sets the direction.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from popula.complexity import ast_depth
 from popula.records import TaskRecord
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import PromptFormat
@@ -71,6 +80,7 @@ class ExampleSampler:
         student_mix: dict[str, float] | None = None,
         short_power: float = 1.0,
         proposal_power: float = 1.0,
+        reference_depth_window: int | None = None,
     ) -> None:
         if len(pool) < max_references + 1:
             raise ValueError(f"a pool of {len(pool)} tasks is too small for {max_references} references")
@@ -89,15 +99,35 @@ class ExampleSampler:
         # read off the input (copying, len, slicing), which is the skill a tiny model
         # learns first; a long program's exact output is out of its reach in minutes.
         self.student_weights = [1.0 / n**short_power for n in lines]
+        # References within `reference_depth_window` AST levels of the proposal (None: any)
+        self.reference_depth_window = reference_depth_window
+        self.by_depth: dict[int, list[int]] = {}
+        if reference_depth_window is not None:
+            for i, t in enumerate(pool):
+                self.by_depth.setdefault(ast_depth(t.program), []).append(i)
 
     def _view(self, task: TaskRecord, task_type: str) -> TaskRecord:
         return as_type(task, task_type, self.rng.randrange(len(task.inputs)))
 
     def teacher(self, task_type: str) -> Example:
         k = self.rng.randint(1, self.max_references)
-        refs = [self._view(t, task_type) for t in self.rng.sample(self.pool, k)]
-        target = self._view(self.rng.choices(self.pool, self.short_weights)[0], task_type)
+        if self.reference_depth_window is None:
+            refs = [self._view(t, task_type) for t in self.rng.sample(self.pool, k)]
+            target = self._view(self.rng.choices(self.pool, self.short_weights)[0], task_type)
+        else:
+            (t,) = self.rng.choices(range(len(self.pool)), self.short_weights)
+            refs = [self._view(self.pool[i], task_type) for i in self._near_in_depth(t, k)]
+            target = self._view(self.pool[t], task_type)
         return Example(f"teacher:{task_type}", self.fmt.teacher_prompt(task_type, refs), self.fmt.proposal_completion(target))
+
+    def _near_in_depth(self, target: int, k: int) -> list[int]:
+        """k pool indices other than `target` within the depth window of its AST depth
+        (any others when the pool holds fewer than k programs of those depths)."""
+        depth, w = ast_depth(self.pool[target].program), self.reference_depth_window
+        candidates = [i for d in range(depth - w, depth + w + 1) for i in self.by_depth.get(d, ()) if i != target]
+        if len(candidates) < k:
+            candidates = [i for i in range(len(self.pool)) if i != target]
+        return self.rng.sample(candidates, k)
 
     def student(self, task_type: str) -> Example:
         task = self._view(self.rng.choices(self.pool, self.student_weights)[0], task_type)

@@ -44,6 +44,9 @@ class TinyRecipe:
     student_mix: tuple[float, float, float] = (0.65, 0.05, 0.3)  # code_o, code_i, code_f shares of student examples
     short_power: float = 2.0  # student examples weigh programs by 1/lines**short_power
     proposal_power: float = 1.0  # teacher proposals weigh programs by 1/lines**proposal_power
+    # A teacher example's references lie within this many AST levels of its proposal, so the
+    # base proposes at its references' depth (popula.model.corpus); None: drawn at random
+    reference_depth_window: int | None = 1
     # training
     seq_len: int = 384
     batch_rows: int = 3  # small batches, more steps: the build is far below the critical batch size
