@@ -12,8 +12,11 @@ than shallow ones (a level deeper on average), so the accepted pool still drifts
 `frontier` weighting tilts exponentially instead: a task's hardness times
 exp(tilt x (its depth - the pool's mean depth)), the difference clipped to
 +-FRONTIER_CLIP levels so that one very deep program cannot take every draw. Measured
-relative to the pool, the tilt keeps pulling references above whatever the teachers
-currently write, and the sandbox's validity filter is what holds it back.
+relative to the pool, the tilt keeps the references above whatever the teachers currently
+write. How far proposals follow is the base's business: on the tiny base (which follows its
+references' depth by about 0.2 levels per level) references 1.2 levels deeper moved where the
+curriculum started, not where it ended (docs/results/learning, section 18), so the shipped
+configs keep `challenge`.
 
 Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log, so a
 running run can be inspected), and the in-memory pool keeps the newest `capacity` per
