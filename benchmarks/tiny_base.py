@@ -33,7 +33,7 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads
 import torch  # noqa: E402
 
-from popula.complexity import ast_depth  # noqa: E402
+from popula.complexity import ast_depth, parsed_depths  # noqa: E402
 from popula.model.base import load_base  # noqa: E402
 from popula.records import TASK_TYPES, TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
@@ -61,14 +61,6 @@ def sample(model, tokenizer, prompts: list[str], *, temperature: float, max_new_
             )
         texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return texts
-
-
-def _depth_or_none(program: str) -> int | None:
-    """AST depth of a proposed program, None when it does not parse."""
-    try:
-        return ast_depth(program)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
 
 
 def main() -> None:
@@ -114,7 +106,7 @@ def main() -> None:
         # reference following: proposals from the shallowest and the deepest third of the references
         visible = getattr(fmt, "max_references", None) or K_REFERENCES  # the compact format shows the last 3
         shown: dict[str, list[float]] = {"shallow": [], "deep": []}
-        written: dict[str, list[float]] = {"shallow": [], "deep": []}
+        written: dict[str, list[int]] = {"shallow": [], "deep": []}
         for t in TASK_TYPES:
             by_depth = sorted(refs[t], key=lambda r: ast_depth(r.program))
             third = len(by_depth) // 3
@@ -122,9 +114,10 @@ def main() -> None:
                 picks = [rng.sample(pool, K_REFERENCES) for _ in range(args.proposals)]
                 texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks], temperature=1.0, max_new_tokens=320)
                 shown[end] += [ast_depth(r.program) for p in picks for r in p[-visible:]]
-                written[end] += [_depth_or_none(p.program) for p in (fmt.parse_proposal(x, t) for x in texts) if p is not None]
+                parsed = (fmt.parse_proposal(x, t) for x in texts)
+                written[end] += parsed_depths([p.program for p in parsed if p is not None])
         for end in ("shallow", "deep"):
-            depths = [d for d in written[end] if d is not None]
+            depths = written[end]
             figures[f"ref_depth_{end}"] = sum(shown[end]) / len(shown[end])
             figures[f"proposal_depth_{end}"] = sum(depths) / max(len(depths), 1)
             rows.append((f"refs {end} third", f"shown depth {figures[f'ref_depth_{end}']:.2f}",

@@ -14,6 +14,7 @@ grow. These measures make that visible per step:
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from radon.complexity import cc_visit
@@ -46,6 +47,17 @@ def ast_depth(program: str) -> int:
     """The AST depth alone, without radon's passes: what a program the executor rejected is
     measured by. Raises SyntaxError (or ValueError for a null byte) if it does not parse."""
     return _depth(ast.parse(program))
+
+
+def parsed_depths(programs: Sequence[str]) -> list[int]:
+    """AST depth of each program that parses; the rest (generated text may be anything) are skipped."""
+    depths = []
+    for program in programs:
+        try:
+            depths.append(ast_depth(program))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return depths
 
 
 def _depth(node: ast.AST) -> int:

@@ -101,10 +101,12 @@ class ExampleSampler:
         self.student_weights = [1.0 / n**short_power for n in lines]
         # References within `reference_depth_window` AST levels of the proposal (None: any)
         self.reference_depth_window = reference_depth_window
+        self.depths: list[int] = []
         self.by_depth: dict[int, list[int]] = {}
         if reference_depth_window is not None:
-            for i, t in enumerate(pool):
-                self.by_depth.setdefault(ast_depth(t.program), []).append(i)
+            self.depths = [ast_depth(t.program) for t in pool]
+            for i, depth in enumerate(self.depths):
+                self.by_depth.setdefault(depth, []).append(i)
 
     def _view(self, task: TaskRecord, task_type: str) -> TaskRecord:
         return as_type(task, task_type, self.rng.randrange(len(task.inputs)))
@@ -123,7 +125,7 @@ class ExampleSampler:
     def _near_in_depth(self, target: int, k: int) -> list[int]:
         """k pool indices other than `target` within the depth window of its AST depth
         (any others when the pool holds fewer than k programs of those depths)."""
-        depth, w = ast_depth(self.pool[target].program), self.reference_depth_window
+        depth, w = self.depths[target], self.reference_depth_window
         candidates = [i for d in range(depth - w, depth + w + 1) for i in self.by_depth.get(d, ()) if i != target]
         if len(candidates) < k:
             candidates = [i for i in range(len(self.pool)) if i != target]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from popula.complexity import measure
+from popula.complexity import ast_depth
 from popula.errors import PopulaError
 from popula.records import TASK_TYPES, TaskRecord, parse_record
 
@@ -50,7 +50,7 @@ def task_depth(record: TaskRecord) -> int:
     """A buffered task's AST depth, measured once and kept in its record."""
     depth = record.extra.get("depth")
     if depth is None:
-        depth = record.extra["depth"] = measure(record.program).ast_depth
+        depth = record.extra["depth"] = ast_depth(record.program)
     return depth
 
 

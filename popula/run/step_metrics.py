@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from popula.complexity import ast_depth, measure
+from popula.complexity import measure, parsed_depths
 from popula.league.schema import MatchRecord
 from popula.run.selfplay import StepGame
 
@@ -35,17 +35,6 @@ def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
     }
 
 
-def _parsed_depths(programs: Sequence[str]) -> list[int]:
-    """AST depth of each program that parses; the rest are skipped."""
-    depths = []
-    for program in programs:
-        try:
-            depths.append(ast_depth(program))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-    return depths
-
-
 def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dict[str, Any]], *,
              wall_s: float, phases: dict[str, float], matches: Sequence[MatchRecord] = (),
              retention: list[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -68,7 +57,7 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "n_vars": _mean([c.n_vars for c in complexity]),
         # what the executor rejected: beside `ast_depth` it separates what the teachers write
         # from what validity lets through (a curriculum can simplify by either)
-        "invalid_ast_depth": _mean(_parsed_depths([p.task.program for p in game.proposals
+        "invalid_ast_depth": _mean(parsed_depths([p.task.program for p in game.proposals
                                                     if p.task is not None and not p.valid])),
         # what the teachers were shown: proposals follow their references, so a curriculum
         # that climbs or falls with them is steered by the buffer, not only by the reward
