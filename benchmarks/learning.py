@@ -1,7 +1,7 @@
 """Does the population learn a better curriculum than single-agent self-play?
 
     python3 benchmarks/learning.py [--seeds 0 1 2] [--steps N] [--heldout 300] [--samples 4]
-                                   [--jobs 2] [--out DIR] [--docs DIR] [--set KEY=VALUE ...]
+                                   [--trend N] [--jobs 2] [--out DIR] [--docs DIR] [--set KEY=VALUE ...]
 
 For every seed it runs `configs/tiny-cpu.yaml` (4 teachers + 4 students) and
 `configs/single-agent.yaml` (one adapter that proposes and solves) from the same base, each
@@ -17,6 +17,9 @@ the mean per-task difference, its standard error over tasks and its spread over 
 The held-out tasks come from the generator's held-out namespace at `--heldout-seed`, a stream
 that neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
 with the same generation settings (samples, temperature, max tokens), printed with the result.
+With `--trend N` every run also scores its live students on the same held-out tasks, with the
+same settings, every N steps while it trains (`heldout.every`, popula.run.heldout): the table
+and `heldout_trend.png` then show when the held-out gain is made, not only where it ends.
 
 Writes OUT/<label>-s<seed>/ (the runs, with <label>-s<seed>.log beside them), OUT/heldout.jsonl,
 OUT/scores/ (one `popula eval --json` report per model), and to DOCS (default OUT/docs):
@@ -95,6 +98,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="answers per held-out task (pass@1 and pass@k)")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-tokens", type=int, default=96, help="answer tokens for every scored model")
+    parser.add_argument("--trend", type=int, default=0, metavar="N",
+                        help="also score each run's live students on the held-out tasks every N steps while it "
+                             "trains (about 12 s a student on 2 cores); 0: only at the end (default)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="runs (and evaluations) at once; small models leave cores idle, so 2 on 2 cores "
                              "finish sooner than one after another (default: min(2, cores))")
@@ -105,6 +111,8 @@ def main() -> None:
         parser.error("--heldout-seed must differ from every training seed")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.trend < 0:
+        parser.error("--trend must be >= 0")
 
     args.out.mkdir(parents=True, exist_ok=True)
     docs = args.docs or args.out / "docs"
@@ -134,6 +142,7 @@ def main() -> None:
     (docs / "learning.json").write_text(json.dumps(summary, indent=1) + "\n")
     table = format_table(summary)
     _plot(curves, docs)
+    _plot_trend(summary, docs)
     (docs / "README.md").write_text(_readme(args, table, sys.argv))
     print(table)
     print(json.dumps(summary))
@@ -142,9 +151,23 @@ def main() -> None:
 def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -> Job:
     argv = [sys.executable, "-m", "popula", "run", str(RUNS[label]), "--out", str(run_dir), "--seed", str(seed)]
     argv += ["--steps", str(args.steps)] if args.steps else []
-    argv += [f"--set={s}" for s in args.overrides]
+    argv += [f"--set={s}" for s in [*args.overrides, *_trend_settings(args)]]
     argv += ["--resume"] if (run_dir / "config.yaml").exists() else []  # a finished run resumes to no new step
     return Job(f"train {run_dir.name}", argv, run_dir.parent / f"{run_dir.name}.log")
+
+
+def _trend_settings(args: argparse.Namespace) -> list[str]:
+    """The run's held-out probe on the benchmark's own held-out set and settings (none without --trend)."""
+    if not args.trend:
+        return []
+    return [f"heldout.every={args.trend}", f"heldout.tasks={args.heldout}", f"heldout.seed={args.heldout_seed}",
+            f"heldout.samples={args.samples}", f"heldout.temperature={args.temperature}",
+            f"heldout.max_tokens={args.max_tokens}"]
+
+
+def _trend(rows: list[dict]) -> dict[int, float]:
+    """Step -> pass@1 of the student the run's league ranked first at that step (probed steps only)."""
+    return {r["step"]: r["heldout"]["best_pass1"] for r in rows if "heldout" in r}
 
 
 def _eval_job(args: argparse.Namespace, heldout: Path, target: Target, out: Path) -> Job:
@@ -242,6 +265,10 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
         out[label]["curves"] = {key: {"first": [_window(r, key, False) for r in runs],
                                       "last": [_window(r, key, True) for r in runs]} for key in SERIES}
         out[label]["logprob_gap_max"] = max((r.get("logprob_gap_max") or 0.0) for rows in runs for r in rows)
+        trends = [_trend(rows) for rows in runs]
+        steps = sorted(set.intersection(*(set(t) for t in trends))) if trends else []
+        if steps:
+            out[label]["trend"] = {"steps": steps, "best_pass1": [[t[s] for t in trends] for s in steps]}
     pop, single = out["population"]["pass1"]["values"], out["single"]["pass1"]["values"]
     out["population_beats_single"] = {"seeds": sum(p > s for p, s in zip(pop, single)), "of": len(pop),
                                       "mean_diff": statistics.fmean(pop) - statistics.fmean(single)}
@@ -279,6 +306,14 @@ def format_table(summary: dict) -> str:
     lines += ["", f"population best student above the single agent in {b['seeds']} of {b['of']} seeds "
                   f"(mean difference {b['mean_diff']:+.3f} pass@1); largest logprob_gap_max: population "
                   f"{summary['population']['logprob_gap_max']:.1e}, single {summary['single']['logprob_gap_max']:.1e}"]
+    if "trend" in summary["population"] and "trend" in summary["single"]:
+        pop, single = summary["population"]["trend"], summary["single"]["trend"]
+        lines += ["", "held-out pass@1 while training (the student rated best at that step; mean of seeds):", "",
+                  "| step | population | single agent |", "|---|---|---|"]
+        by_step = dict(zip(single["steps"], single["best_pass1"]))
+        lines += [f"| {step} | {statistics.fmean(p):.3f} | "
+                  + (f"{statistics.fmean(by_step[step]):.3f}" if step in by_step else "-") + " |"
+                  for step, p in zip(pop["steps"], pop["best_pass1"])]
     lines += ["", "paired pass@1 differences on the same held-out tasks (population: its best student by rating):"]
     lines += [f"- {name}: {PairedDifference(**d).describe()}" for name, d in summary["paired"].items()]
     return "\n".join(lines)
@@ -310,9 +345,36 @@ def _plot(curves: dict[str, list[list[dict]]], docs: Path) -> None:
         plt.close(fig)
 
 
+def _plot_trend(summary: dict, docs: Path) -> None:
+    """held-out pass@1 over steps, population against single agent, the bare base as a line (with --trend)."""
+    if not all("trend" in summary[label] for label in RUNS):
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.axhline(summary["base"]["pass1"]["mean"], color="0.5", ls="--", lw=1, label="bare base")
+    for label, color in (("population", "C0"), ("single", "C1")):
+        trend = summary[label]["trend"]
+        for seed_values in zip(*trend["best_pass1"]):
+            ax.plot(trend["steps"], seed_values, color=color, alpha=0.25)
+        ax.plot(trend["steps"], [statistics.fmean(v) for v in trend["best_pass1"]], color=color, lw=2, marker="o",
+                label=f"{label} (student rated best at the step; mean of {len(trend['best_pass1'][0])} seeds)")
+    h = summary["heldout"]
+    ax.set_xlabel("step")
+    ax.set_title(f"held-out pass@1 ({h['tasks']} tasks, {h['samples']} samples, T={h['temperature']})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(docs / "heldout_trend.png", dpi=100)
+    plt.close(fig)
+
+
 def _readme(args: argparse.Namespace, table: str, argv: list[str]) -> str:
+    trend = "![held-out pass@1 while training](heldout_trend.png)\n" if args.trend else ""
     return (f"# Population vs single agent vs bare base\n\nCommand:\n\n    python3 {' '.join(argv)}\n\n{table}\n\n"
-            + "".join(f"![{title}]({key}.png)\n" for key, title in SERIES.items()))
+            + trend + "".join(f"![{title}]({key}.png)\n" for key, title in SERIES.items()))
 
 
 if __name__ == "__main__":

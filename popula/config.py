@@ -164,6 +164,21 @@ class RunConfig(_Section):
     checkpoint_every: int = Field(5, ge=1)
 
 
+class HeldoutSection(_Section):
+    """A held-out pass@k trend while the run trains (popula.run.heldout): every `every` steps, and
+    at the last, each live student answers one fixed set of generated tasks that training never
+    sees. Off by default: 300 tasks x 4 samples cost about 12 s a student on 2 cores. The
+    defaults are `benchmarks/learning.py`'s held-out set and settings, so the trend ends on the
+    figure that benchmark reports."""
+
+    every: int = Field(0, ge=0, description="score the live students every N steps and at the last step; 0: never")
+    tasks: int = Field(300, ge=1, description="generated held-out tasks (the generator's held-out stream)")
+    seed: int = Field(987_654, ge=0, description="the held-out set's seed (its stream is apart from training's)")
+    samples: int = Field(4, ge=1, description="answers per task: pass@1 and pass@k with k = samples")
+    temperature: float = Field(0.8, ge=0)
+    max_tokens: int = Field(96, ge=1, description="answer tokens")
+
+
 class RaySection(_Section):
     """Where the workers run when the run is spread over a Ray cluster (popula.run.ray_workers)."""
 
@@ -231,6 +246,7 @@ class Config(_Section):
     learner: LearnerConfig = LearnerConfig()
     rewards: RewardsConfig = RewardsConfig()
     run: RunConfig = RunConfig()
+    heldout: HeldoutSection = HeldoutSection()
     ray: RaySection = RaySection()
     runtime: RuntimeSection = RuntimeSection()
 

@@ -104,6 +104,29 @@ def test_a_run_killed_mid_step_resumes_from_its_last_checkpoint(base, tmp_path):
     assert not list((out / "checkpoints").glob(".*partial"))
 
 
+def test_the_heldout_probe_scores_the_live_students_and_leaves_training_alone(base, tmp_path):
+    from popula.league import League
+
+    assert main(args(base, tmp_path / "plain", 3)) == 0
+    probe = ["--set=heldout.every=2", "--set=heldout.tasks=6", "--set=heldout.samples=2"]
+    assert main(args(base, tmp_path / "probed", 3, *probe)) == 0
+    plain, probed = read_metrics(tmp_path / "plain" / "metrics.jsonl"), read_metrics(tmp_path / "probed" / "metrics.jsonl")
+    # due every 2 steps and at the run's last step
+    assert ["heldout" in r for r in probed] == [False, True, True]
+    assert all("heldout" not in r for r in plain)
+    league = League.load(tmp_path / "probed" / "league.json")
+    last = probed[-1]["heldout"]
+    assert (last["tasks"], last["samples"]) == (6, 2)
+    assert set(last["students"]) == {m.name for m in league.alive("student")}
+    assert last["best"] == league.ranked("student")[0].name
+    assert last["best_pass1"] == last["students"][last["best"]]["pass1"]
+    assert all(0 <= s["pass1"] <= s["passk"] <= 1 for s in last["students"].values())
+    assert "heldout_s" in probed[-1]["phases"]
+    # sampling for the probe is seeded per request: the run plays and trains as it would without it
+    same = ("valid_rate", "solve_rate", "teacher_reward_mean", "tasks_by_type", "tokens_generated", "evolved")
+    assert [{k: r[k] for k in same} for r in probed] == [{k: r[k] for k in same} for r in plain]
+
+
 def test_resuming_with_another_config_is_refused_and_changes_nothing(base, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(args(base, out, 1)) == 0

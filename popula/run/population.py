@@ -33,6 +33,7 @@ from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.run.buffer import TaskBuffer
 from popula.run.checkpoint import Checkpoints
+from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
@@ -139,6 +140,8 @@ class PopulationRun:
                              PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
                                           g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
                                           g.student_max_tokens, cfg.rewards.invalid_task))
+        self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
+                                     cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
         if resume:
             self.step = self._restore()
         else:
@@ -249,9 +252,20 @@ class PopulationRun:
         self._add_to_buffer(step, game)
         evolved = self._evolve(step)
         self.league.save(self.run_dir / "league.json")
-        return step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start,
-                        phases={"play_s": play_s, "verify_s": game.verify_s, "update_s": update_s},
-                        matches=records, retention=retention)
+        phases = {"play_s": play_s, "verify_s": game.verify_s, "update_s": update_s}
+        t0 = time.perf_counter()
+        heldout = self._probe_heldout(step)
+        if heldout is not None:
+            phases["heldout_s"] = time.perf_counter() - t0
+        return step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start, phases=phases,
+                        matches=records, retention=retention, heldout=heldout)
+
+    def _probe_heldout(self, step: int) -> dict[str, Any] | None:
+        """The live students (after this step's update and evolution) on the held-out set, when due."""
+        if self.heldout is None or not self.heldout.due(step):
+            return None
+        students = {m.name: self.store.latest(self.roster.adapter_of[m.name]) for m in self.league.alive("student")}
+        return self.heldout.score(students, best=self.league.ranked("student")[0].name)
 
     def _record_retention(self, step: int, game: StepGame) -> list[dict[str, Any]]:
         """Each young evolved child's mean reward this step beside its alive parents' (in-run retention).

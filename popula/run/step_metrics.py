@@ -37,12 +37,12 @@ def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
 
 def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dict[str, Any]], *,
              wall_s: float, phases: dict[str, float], matches: Sequence[MatchRecord] = (),
-             retention: list[dict[str, Any]] = ()) -> dict[str, Any]:
+             retention: list[dict[str, Any]] = (), heldout: dict[str, Any] | None = None) -> dict[str, Any]:
     valid = [p for p in game.proposals if p.valid]
     complexity = [measure(p.task.program) for p in valid]
     attempts = game.attempts
     tokens = sum(len(p.sample.token_ids) for p in game.proposals) + sum(len(a.sample.token_ids) for a in attempts)
-    return {
+    row = {
         "step": step,
         "wall_s": round(wall_s, 3),
         "valid_rate": len(valid) / len(game.proposals) if game.proposals else 0.0,
@@ -71,3 +71,6 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "learner": learn,
     }
+    if heldout is not None:  # only on the steps the held-out probe ran (popula.run.heldout)
+        row["heldout"] = heldout
+    return row
