@@ -1,6 +1,7 @@
 """A run directory holds one run: fresh runs don't overwrite it, resumes must match it."""
 
 import pytest
+import yaml
 
 from popula.config import load_config
 from popula.errors import PopulaError
@@ -30,6 +31,16 @@ def test_resume_may_extend_the_number_of_steps(tmp_path):
     prepare_run_dir(tmp_path, load_config(None, ["run.steps=5"]), resume=False).release()
     prepare_run_dir(tmp_path, load_config(None, ["run.steps=10"]), resume=True).release()
     assert load_config(tmp_path / "config.yaml").run.steps == 10
+
+
+def test_resume_may_start_or_change_the_heldout_probe_even_in_a_run_from_before_it(tmp_path):
+    prepare_run_dir(tmp_path, load_config(None), resume=False).release()
+    # a run written before the `heldout` section existed
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    del saved["heldout"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    prepare_run_dir(tmp_path, load_config(None, ["heldout.every=20"]), resume=True).release()
+    assert load_config(tmp_path / "config.yaml").heldout.every == 20
 
 
 def test_resume_of_nothing_is_a_clear_error(tmp_path):

@@ -33,9 +33,10 @@ import yaml
 from popula.config import Config
 from popula.errors import PopulaError
 
-# What a resume may change: how long the run goes on, and where its workers run (on which
-# device: a run started on a CPU may go on where there is a GPU).
-RESUMABLE_KEYS = {"run.steps", "ray", "runtime"}
+# What a resume may change: how long the run goes on, where its workers run (on which
+# device: a run started on a CPU may go on where there is a GPU), and the held-out probe,
+# which only watches (a run trains the same with or without it: tests/test_run_e2e.py).
+RESUMABLE_KEYS = {"run.steps", "ray", "runtime", "heldout"}
 
 
 def _resumable(key: str) -> bool:
