@@ -355,12 +355,15 @@ def _plot_trend(summary: dict, docs: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.axhline(summary["base"]["pass1"]["mean"], color="0.5", ls="--", lw=1, label="bare base")
+    base = summary["base"]["pass1"]["mean"]
+    ax.axhline(base, color="0.5", ls="--", lw=1, label="bare base")
     for label, color in (("population", "C0"), ("single", "C1")):
         trend = summary[label]["trend"]
+        # step 0: every adapter starts at zero (LoRA B = 0), so every student is the bare base
+        steps = [0, *trend["steps"]]
         for seed_values in zip(*trend["best_pass1"]):
-            ax.plot(trend["steps"], seed_values, color=color, alpha=0.25)
-        ax.plot(trend["steps"], [statistics.fmean(v) for v in trend["best_pass1"]], color=color, lw=2, marker="o",
+            ax.plot(steps, [base, *seed_values], color=color, alpha=0.25)
+        ax.plot(steps, [base, *(statistics.fmean(v) for v in trend["best_pass1"])], color=color, lw=2, marker="o",
                 label=f"{label} (student rated best at the step; mean of {len(trend['best_pass1'][0])} seeds)")
     h = summary["heldout"]
     ax.set_xlabel("step")
