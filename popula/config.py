@@ -66,6 +66,8 @@ class TasksConfig(_Section):
     )
     frontier_tilt: float = Field(1.0, gt=0, description="frontier weighting: the weight's factor per AST "
                                                          "level above the buffer's mean depth is exp(tilt)")
+    seed_references: int = Field(0, ge=0, description="of the K references, this many drawn from the generated "
+                                                      "seed tasks and shown last (popula.run.buffer); 0: none")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
     buffer_size: int = Field(2048, ge=1)
 
@@ -157,6 +159,11 @@ class RewardsConfig(_Section):
         INVALID_TASK_REWARD, le=0,
         description="teacher reward for a task that fails to parse, execute or is nondeterministic "
                     "(the design's -1; docs/results/learning § 16 measures a weaker penalty)")
+    novelty_window: int = Field(
+        0, ge=0,
+        description="fitness sharing: a valid task's teacher reward is divided by 1 + the tasks of its type with "
+                    "the same program form among the step's other valid tasks and the newest N buffered ones "
+                    "(popula/novelty.py); 0: off, the design's reward")
 
 
 class RunConfig(_Section):

@@ -11,6 +11,11 @@ with student solve rate rho:
      1 - rho    otherwise: the harder the task for this student, the better, as long as
                 it is solvable at all
 
+With `rewards.novelty_window: N` (off by default) a valid task's reward is shared among its
+niche (fitness sharing, popula/novelty.py): divided by 1 + the tasks of its type with the same
+program form among the step's other valid tasks and the newest N buffered ones. A repeat pays
+less than a new program the students solve as rarely; an invalid task's -1 is not shared.
+
 Student reward for one rollout (docs/design.md § What the sources say: the verifier's
 reward for a correct, well-formed solution):
 
@@ -58,6 +63,13 @@ def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_T
     if rho == 0.0:
         return UNSOLVED_TASK_REWARD
     return 1.0 - rho
+
+
+def shared_teacher_reward(reward: float, niche: int) -> float:
+    """Fitness sharing: a valid task's teacher reward divided among the `niche` tasks of its form."""
+    if niche < 1:
+        raise ValueError(f"a niche holds at least the task itself, got {niche}")
+    return reward / niche
 
 
 def student_reward(well_formed: bool, correct: bool | None) -> float:

@@ -6,6 +6,7 @@ import pytest
 
 from popula.rewards import (
     MALFORMED_ANSWER_REWARD,
+    shared_teacher_reward,
     solve_rate,
     student_reward,
     teacher_reward,
@@ -65,3 +66,10 @@ class TestSolveRate:
     def test_needs_rollouts(self):
         with pytest.raises(ValueError):
             solve_rate([])
+
+
+def test_a_shared_reward_is_divided_among_its_niche():
+    assert shared_teacher_reward(0.6, 1) == 0.6  # a new form keeps its whole reward
+    assert shared_teacher_reward(0.6, 3) == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        shared_teacher_reward(0.6, 0)

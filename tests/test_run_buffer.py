@@ -5,7 +5,7 @@ import pytest
 
 from popula.errors import PopulaError
 from popula.records import TaskRecord
-from popula.run.buffer import TaskBuffer
+from popula.run.buffer import TaskBuffer, challenge_weight
 
 
 def task(i, type_="code_o"):
@@ -95,3 +95,37 @@ def test_corruption_before_the_last_line_is_reported_not_skipped(tmp_path):
     path.write_text('garbage\n{"id": "a", "type": "code_o", "program": "def f(x): return x", "inputs": ["1"]}\n')
     with pytest.raises(PopulaError, match="tasks.jsonl:1"):
         TaskBuffer(path, capacity=10).restore(up_to_step=0)
+
+
+def test_seed_anchors_come_last_from_the_seed_tasks_even_after_teachers_filled_the_buffer(tmp_path):
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=5)
+    buf.add([task(i) for i in range(100, 103)], step=0, teacher="seed", rhos=[None] * 3)
+    buf.add([task(i) for i in range(20)], step=1, teacher="T0", rhos=[0.5] * 20)  # evicts the seeds from the pool
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        refs = buf.sample("code_o", 4, rng, anchors=1)
+        assert len({r.id for r in refs}) == 4
+        assert refs[-1].id in {"t100", "t101", "t102"}
+        assert all(r.extra["teacher"] == "T0" for r in refs[:-1])
+    refs = buf.sample("code_o", 4, rng, anchors=9)  # no more anchors than seed tasks; the weighting fills the rest
+    assert [r.extra["teacher"] for r in refs] == ["T0", "seed", "seed", "seed"]
+
+
+def test_seed_anchors_survive_a_resume(tmp_path):
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=50)
+    buf.add([task(100)], step=0, teacher="seed", rhos=[None])
+    buf.add([task(i) for i in range(10)], step=1, teacher="T0", rhos=[0.5] * 10)
+    again = TaskBuffer(tmp_path / "tasks.jsonl", capacity=50)
+    again.restore(up_to_step=1)
+    assert again.sample("code_o", 3, np.random.default_rng(0), anchors=1)[-1].id == "t100"
+
+
+def test_without_anchors_the_draws_are_those_of_the_weighting_alone(tmp_path):
+    """Anchors off must not disturb the random stream: runs made before the option replay exactly."""
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=50, weighting="challenge")
+    buf.add([task(i) for i in range(3)], step=0, teacher="seed", rhos=[None] * 3)
+    buf.add([task(i) for i in range(3, 20)], step=1, teacher="T0", rhos=[0.25] * 17)
+    pool = list(buf._pools["code_o"])
+    weights = np.array([challenge_weight(r) for r in pool])
+    expected = np.random.default_rng(7).choice(len(pool), size=6, replace=False, p=weights / weights.sum())
+    assert [r.id for r in buf.sample("code_o", 6, np.random.default_rng(7))] == [pool[i].id for i in expected]

@@ -18,6 +18,13 @@ references' depth by about 0.2 levels per level) references 1.2 levels deeper mo
 curriculum started, not where it ended (docs/results/learning, section 18), so the shipped
 configs keep `challenge`.
 
+Whatever the weighting, the buffer fills with what the teachers write, and on a small base
+that narrows to one-line programs within 20 steps (docs/results/learning, section 20): the
+bare tiny base writes a multi-line program for 27% of its proposals when shown such a buffer,
+and for 51% when the last reference it sees is one of the generated seed tasks. `anchors`
+references per prompt (`tasks.seed_references`) are therefore drawn uniformly from the seed
+tasks, which never leave the buffer, and placed last, where a compact prompt shows them.
+
 Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log, so a
 running run can be inspected), and the in-memory pool keeps the newest `capacity` per
 type. On resume the log is cut back to the checkpoint's step, so a run killed mid-step
@@ -44,6 +51,7 @@ UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed task
 
 FRONTIER_CLIP = 3.0  # AST levels from the pool's mean beyond which the frontier tilt stops growing
 WEIGHTINGS = ("uniform", "challenge", "frontier")
+SEED_TEACHER = "seed"  # the `teacher` of the generated tasks a run's buffer starts from
 
 
 def task_depth(record: TaskRecord) -> int:
@@ -81,6 +89,12 @@ class TaskBuffer:
         self.weighting = weighting
         self.tilt = tilt
         self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in TASK_TYPES}
+        self._seeds: dict[str, list[TaskRecord]] = {t: [] for t in TASK_TYPES}  # teacher "seed": the generated ones
+
+    def _keep(self, record: TaskRecord) -> None:
+        self._pools[record.type].append(record)
+        if record.extra.get("teacher") == SEED_TEACHER:
+            self._seeds[record.type].append(record)
 
     def __len__(self) -> int:
         return sum(len(pool) for pool in self._pools.values())
@@ -90,14 +104,20 @@ class TaskBuffer:
         with self.path.open("a", encoding="utf-8") as log:
             for record, rho in zip(records, rhos, strict=True):
                 record.extra.update(step=step, teacher=teacher, rho=rho)
-                self._pools[record.type].append(record)
+                self._keep(record)
                 log.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
             log.flush()
             os.fsync(log.fileno())
 
-    def sample(self, task_type: str, k: int, rng: np.random.Generator) -> list[TaskRecord]:
-        """Up to k distinct reference tasks of one type, drawn by the buffer's weighting."""
-        pool = self._pools[task_type]
+    def sample(self, task_type: str, k: int, rng: np.random.Generator, anchors: int = 0) -> list[TaskRecord]:
+        """Up to k distinct reference tasks of one type: `anchors` seed tasks last, the rest by the weighting."""
+        seeds = self._seeds[task_type]
+        anchors = min(anchors, k, len(seeds))
+        tail = [seeds[i] for i in rng.choice(len(seeds), size=anchors, replace=False)] if anchors else []
+        return self._weighted(task_type, k - anchors, rng, exclude={id(r) for r in tail}) + tail
+
+    def _weighted(self, task_type: str, k: int, rng: np.random.Generator, exclude: set[int]) -> list[TaskRecord]:
+        pool = [r for r in self._pools[task_type] if id(r) not in exclude]
         if not pool or k == 0:
             return []
         p = None
@@ -109,6 +129,11 @@ class TaskBuffer:
             p = w / w.sum()
         picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=p)
         return [pool[i] for i in picks]
+
+    def newest(self, task_type: str, n: int) -> list[TaskRecord]:
+        """The newest `n` tasks of one type (the window `rewards.novelty_window` compares against)."""
+        pool = self._pools[task_type]
+        return list(pool)[max(len(pool) - n, 0):] if n > 0 else []
 
     def restore(self, up_to_step: int) -> None:
         """Reload the pool from the log, dropping tasks logged after `up_to_step`."""
@@ -127,7 +152,7 @@ class TaskBuffer:
             record = parse_record(obj, where)
             if int(record.extra.get("step", -1)) > up_to_step:
                 continue
-            self._pools[record.type].append(record)
+            self._keep(record)
             kept.append(line)
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")

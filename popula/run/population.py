@@ -31,7 +31,7 @@ from popula.errors import PopulaError
 from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
-from popula.run.buffer import TaskBuffer
+from popula.run.buffer import SEED_TEACHER, TaskBuffer
 from popula.run.checkpoint import Checkpoints
 from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
@@ -139,7 +139,8 @@ class PopulationRun:
                              stop_token_ids(self.tokenizer),
                              PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
                                           g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
-                                          g.student_max_tokens, cfg.rewards.invalid_task))
+                                          g.student_max_tokens, cfg.rewards.invalid_task,
+                                          cfg.rewards.novelty_window, cfg.tasks.seed_references))
         self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
                                      cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
         if resume:
@@ -165,7 +166,7 @@ class PopulationRun:
         # the held-out sets `popula tasks` writes.
         seeds = generate_tasks(cfg.tasks.seed_tasks, seed=cfg.seed + 10_000, types=cfg.tasks.types,
                                namespace="seed", workers=cfg.sandbox.workers)
-        self.buffer.add(seeds, step=0, teacher="seed", rhos=[None] * len(seeds))
+        self.buffer.add(seeds, step=0, teacher=SEED_TEACHER, rhos=[None] * len(seeds))
         self.league.save(self.run_dir / "league.json")
         self._checkpoint()
 

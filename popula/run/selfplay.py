@@ -21,8 +21,9 @@ from popula.adapters import AdapterRef
 from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
+from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult
-from popula.rewards import INVALID_TASK_REWARD, solve_rate, student_reward, teacher_reward
+from popula.rewards import INVALID_TASK_REWARD, shared_teacher_reward, solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer, task_depth
 from popula.sandbox import SandboxPool
 from popula.tasks.prompts import PromptFormat
@@ -42,6 +43,7 @@ class Proposal:
     rhos: dict[str, float] = field(default_factory=dict)  # matched student -> solve rate
     reward: float = 0.0
     reference_depth: float | None = None  # mean AST depth of the references it was shown
+    niche: int = 1  # 1 + its form's copies in the step and the novelty window (popula.novelty)
 
     @property
     def valid(self) -> bool:
@@ -81,6 +83,8 @@ class PlaySettings:
     teacher_max_tokens: int
     student_max_tokens: int
     invalid_task_reward: float = INVALID_TASK_REWARD  # rewards.invalid_task
+    novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
+    seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
 
 
 class SelfPlay:
@@ -110,7 +114,7 @@ class SelfPlay:
         for teacher in teachers:
             for task_type in s.types:
                 for _ in range(s.proposals_per_type):
-                    refs = buffer.sample(task_type, s.references, rng)
+                    refs = buffer.sample(task_type, s.references, rng, anchors=s.seed_references)
                     prompt = self.fmt.teacher_prompt(task_type, refs)
                     plan.append((teacher, task_type, encode_prompt(self.tokenizer, prompt)))
                     ref_depths.append(float(np.mean([task_depth(r) for r in refs])) if refs else None)
@@ -161,6 +165,8 @@ class SelfPlay:
         for a, verdict in zip(to_judge, self._verify(game, judged)):
             a.correct = bool(verdict.correct)
         _score(game, s.invalid_task_reward)
+        if s.novelty_window > 0:
+            _share(game, buffer, s.novelty_window)
         return game
 
     def _verify(self, game: StepGame, records: list[TaskRecord]) -> list[VerifyResult]:
@@ -186,6 +192,21 @@ def _score(game: StepGame, invalid_task_reward: float) -> None:
             p.reward = float(np.mean([teacher_reward(True, rho) for rho in p.rhos.values()])) if p.rhos else 0.0
         else:
             p.reward = teacher_reward(False, None, invalid=invalid_task_reward)
+
+
+def _share(game: StepGame, buffer: TaskBuffer, window: int) -> None:
+    """Fitness sharing (popula.novelty): a valid task's reward divided by its niche count.
+
+    The niche is counted over every teacher's valid tasks of the type in this step, so in a
+    population the teachers also compete with each other for new forms; the league still
+    rates the undivided outcome (a repeat that beats the student is still a win).
+    """
+    for task_type in {p.task_type for p in game.proposals}:
+        mine = [p for p in game.proposals if p.valid and p.task_type == task_type]
+        recent = [r.program for r in buffer.newest(task_type, window)]
+        for p, niche in zip(mine, niche_counts([p.task.program for p in mine], recent)):
+            p.niche = niche
+            p.reward = shared_teacher_reward(p.reward, niche)
 
 
 def match_results(game: StepGame, match: Match) -> list[TaskResult]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from popula.complexity import measure, parsed_depths
 from popula.league.schema import MatchRecord
+from popula.novelty import distinct_form_rate
 from popula.run.selfplay import StepGame
 
 
@@ -62,6 +63,8 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         # what the teachers were shown: proposals follow their references, so a curriculum
         # that climbs or falls with them is steered by the buffer, not only by the reward
         "reference_depth": _mean([p.reference_depth for p in game.proposals if p.reference_depth is not None]),
+        # how varied the curriculum is: distinct program forms among the valid tasks (popula.novelty)
+        "distinct_forms": distinct_form_rate([p.task.program for p in valid]),
         "logprob_gap_max": learn.get("logprob_gap_max"),
         "tokens_generated": tokens,
         "verify_per_s": round(game.verified / game.verify_s, 1) if game.verify_s > 0 else None,
