@@ -58,6 +58,7 @@ SERIES = {
     "teacher_reward_mean": "teacher reward (mean)", "ast_depth": "AST depth of valid tasks",
     "cyclomatic": "cyclomatic complexity", "loc": "lines of code", "n_vars": "distinct variables",
     "reference_depth": "AST depth of the references drawn", "invalid_ast_depth": "AST depth of rejected programs",
+    "distinct_forms": "distinct program forms among valid tasks",
 }
 WINDOW = 20  # steps averaged for the "first" and "last" figures
 

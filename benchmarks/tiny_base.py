@@ -9,13 +9,18 @@ inputs are unique among them (distinct_programs: programs alone). Reference foll
 from the shallowest third of the reference tasks by AST depth and once from the deepest third;
 `reference_following` is how many levels the proposals' mean depth moves per level that the
 references' mean depth moves (0: the model ignores its references' depth, 1: it copies it);
-self-play can steer the curriculum through the references only as far as this. Students: held-out generated tasks (the
+self-play can steer the curriculum through the references only as far as this. Line following:
+proposals once from references whose function body is one line and once from multi-line ones;
+`multiline_from_oneline` / `multiline_from_multiline` are the shares of parsed proposals with
+more than one body line, and `valid_oneline` / `valid_multiline` the sandbox's acceptance rate of
+each kind (over both sets): a self-play curriculum keeps multi-line programs only as far as the
+base writes them from its references and writes them validly. Students: held-out generated tasks (the
 "heldout" stream, never in the corpus) are posed in the model's own prompt format; an
 answer counts when the sandbox judges it correct. Solve rates are the mean over
 `--samples` samples per task at temperature 1 (what self-play rollouts see: a student
 answers each task with several) and, for reference, of greedy decoding.
 
-Last line: {"valid_rate", "distinct_rate", "reference_following", "solve_code_o", "solve_code_i", "solve_code_f", ...}
+Last line: {"valid_rate", "distinct_rate", "reference_following", "multiline_from_oneline", "valid_multiline", "solve_code_o", "solve_code_i", "solve_code_f", ...}
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads
 import torch  # noqa: E402
 
-from popula.complexity import ast_depth, parsed_depths  # noqa: E402
+from popula.complexity import ast_depth, measure, parsed_depths  # noqa: E402
 from popula.model.base import load_base  # noqa: E402
 from popula.records import TASK_TYPES, TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
@@ -61,6 +66,14 @@ def sample(model, tokenizer, prompts: list[str], *, temperature: float, max_new_
             )
         texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return texts
+
+
+def is_multiline(program: str) -> bool | None:
+    """More than one line of code in the function body (radon's sloc > 2)? None if it does not parse."""
+    try:
+        return measure(program).loc > 2
+    except (SyntaxError, ValueError):
+        return None
 
 
 def main() -> None:
@@ -124,6 +137,27 @@ def main() -> None:
                          f"proposal depth {figures[f'proposal_depth_{end}']:.2f}", f"parsed {len(depths)}"))
         figures["reference_following"] = (figures["proposal_depth_deep"] - figures["proposal_depth_shallow"]) / (
             figures["ref_depth_deep"] - figures["ref_depth_shallow"])
+        # line following: one-line against multi-line references, and how often each kind is valid
+        accepted = {True: [0, 0], False: [0, 0]}  # multi-line? -> [valid, parsed]
+        for kind in ("oneline", "multiline"):
+            multi_shown = kind == "multiline"
+            lines_of: list[bool] = []
+            for t in TASK_TYPES:
+                pool = [r for r in refs[t] if is_multiline(r.program) is multi_shown]
+                picks = [rng.sample(pool, min(K_REFERENCES, len(pool))) for _ in range(args.proposals)]
+                texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks], temperature=1.0, max_new_tokens=320)
+                parsed = [p for p in (fmt.parse_proposal(x, t) for x in texts) if p is not None and is_multiline(p.program) is not None]
+                for p, verdict in zip(parsed, sandbox.verify(parsed) if parsed else []):
+                    multi = bool(is_multiline(p.program))
+                    lines_of.append(multi)
+                    accepted[multi][0] += verdict.valid
+                    accepted[multi][1] += 1
+            figures[f"multiline_from_{kind}"] = sum(lines_of) / max(len(lines_of), 1)
+            rows.append((f"refs {kind}", f"multi-line proposals {figures[f'multiline_from_{kind}']:.2f}",
+                         f"parsed {len(lines_of)}", ""))
+        for multi, name in ((False, "oneline"), (True, "multiline")):
+            figures[f"valid_{name}"] = accepted[multi][0] / max(accepted[multi][1], 1)
+            rows.append((f"valid if {name}", f"{figures[f'valid_{name}']:.2f}", f"of {accepted[multi][1]} parsed", ""))
         # students
         for t in TASK_TYPES:
             for label, temperature, k in (("solve", 1.0, args.samples), ("greedy", 0.0, 1)):

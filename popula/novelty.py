@@ -1,10 +1,10 @@
 """Novelty of a proposed task: how many of the curriculum's recent tasks are the same program.
 
-Self-play on a small base narrows its curriculum to a handful of one-line programs: in a
-default population run (docs/results/learning, section 20) 97% of the valid tasks after step
-20 have one body line, and in steps 61-120 five in six repeat a program posed earlier. The teacher
-reward (1 - rho) pays a repeat as much as a new program the students solve as rarely,
-so nothing pushes a teacher off a lesson it has found. Fitness sharing, the classic niching
+Self-play on a small base narrows its curriculum to a handful of one-line programs: over six
+default population runs (docs/results/learning, section 20; `benchmarks/curriculum_variety.py`)
+97% of the valid tasks in steps 61-120 have one body line and 96% have a form posed
+earlier. The teacher reward (1 - rho) pays a repeat as much as a new program the students
+solve as rarely, so nothing pushes a teacher off a lesson it has found. Fitness sharing, the classic niching
 rule of evolutionary search, divides a reward among the members of a niche; here a niche is
 a program *form*, and a valid task's reward is divided by its niche count: 1 + the tasks of
 its type with the same form among the step's other valid tasks and the newest
