@@ -29,6 +29,7 @@ Reason = Literal[
     "nondeterministic",
     "unrepresentable",
     "output_too_large",
+    "too_long",  # valid to the sandbox, but its student prompt and answer exceed the model's context
 ]
 REASONS: tuple[str, ...] = get_args(Reason)
 

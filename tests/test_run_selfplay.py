@@ -47,6 +47,7 @@ class ScriptedPlayers:
 
     def generate(self, requests, *, progress=False):
         results = []
+        self.requests = getattr(self, "requests", []) + list(requests)
         for req in requests:
             prompt = self.tok.decode(req.prompt_ids, skip_special_tokens=True)
             texts = [self._complete(prompt, req.adapter.name, j) for j in range(req.n)]
@@ -89,14 +90,15 @@ def tasks():
     return generate_tasks(12, seed=3, difficulty="easy", namespace="selfplay-test")
 
 
-def play(tmp_path, sandbox, tasks, matches, right, **settings_overrides):
+def play(tmp_path, sandbox, tasks, matches, right, references=(), players=None, **settings_overrides):
     tok = byte_tokenizer()
-    players = ScriptedPlayers(tasks, tok, right)
+    players = players or ScriptedPlayers(tasks, tok, right)
     settings = PlaySettings(types=["code_o", "code_i", "code_f"], proposals_per_type=1, references=2,
                             rollouts=ROLLOUTS, temperature=1.0, top_p=1.0, teacher_max_tokens=64,
                             student_max_tokens=64, **settings_overrides)
     selfplay = SelfPlay(players, sandbox, CompactFormat(), tok, [0], settings)
     buffer = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10)
+    buffer.add(list(references), step=0, teacher="seed", rhos=[None] * len(references))
     adapters = {name: AdapterRef(name, 0, i, tmp_path) for i, name in enumerate(["T0", "T1", "S0", "S1"])}
     return selfplay.play(1, matches, adapters, buffer, np.random.default_rng(0), seed=0)
 
@@ -147,3 +149,33 @@ def test_the_league_sees_each_of_a_teachers_tasks_once_per_match(tmp_path, sandb
     game = play(tmp_path, sandbox, tasks, [Match("T0", "S0"), Match("T1", "S1")], right=4)
     results = match_results(game, Match("T0", "S0"))
     assert [(r.valid, r.rho) for r in results] == [(True, 1.0)] * 3
+
+
+def test_a_task_too_long_to_show_a_student_is_invalid_and_costs_its_teacher(tmp_path, sandbox, tasks):
+    """A huge input or output must not end the run at the engine's context check (it once did)."""
+    tok, fmt = byte_tokenizer(), CompactFormat()
+    proposed = [next(t for t in tasks if t.type == kind) for kind in ("code_o", "code_i", "code_f")]
+    # the generator's outputs are the sandbox's, so these are the prompts the students would see
+    sizes = {t.type: len(tok(fmt.student_prompt(t), add_special_tokens=False)["input_ids"]) for t in proposed}
+    longest = max(sizes, key=sizes.get)
+    context = sizes[longest] + 64 - 1  # one token short for the longest task and its answer
+    assert all(n + 64 <= context for kind, n in sizes.items() if kind != longest)
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1, context=context)
+    by_type = {p.task_type: p for p in game.proposals}
+    assert by_type[longest].verdict.reason == "too_long" and by_type[longest].reward == -1.0
+    assert all(p.valid for kind, p in by_type.items() if kind != longest)
+    assert {game.proposals[a.proposal].task_type for a in game.attempts} == set(by_type) - {longest}
+    assert [r.valid for r in match_results(game, Match("T0", "S0"))].count(False) == 1
+
+
+def test_teacher_prompts_drop_their_first_references_to_fit_the_context(tmp_path, sandbox, tasks):
+    tok = byte_tokenizer()
+    players = ScriptedPlayers(tasks, tok, right=1)
+    long_refs = [t.__class__(**{**t.__dict__, "program": t.program + "\n# " + "x" * 200}) for t in tasks]
+    two = [r for r in long_refs if r.type == "code_o"][:2]  # the settings show 2 references
+    assert len(tok(CompactFormat().teacher_prompt("code_o", two), add_special_tokens=False)["input_ids"]) + 64 > 400
+    play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1, references=long_refs, players=players, context=400)
+    teacher_requests = [r for r in players.requests if tok.decode(r.prompt_ids, skip_special_tokens=True).startswith("## propose")]
+    assert len(teacher_requests) == 3
+    assert all(len(r.prompt_ids) + 64 <= 400 for r in players.requests)
+    assert any("### ref" in tok.decode(r.prompt_ids) for r in teacher_requests)  # what fits is still shown

@@ -42,6 +42,21 @@ def runtime_of(cfg: Config) -> Runtime:
     return resolve_runtime(cfg.runtime.device, cfg.runtime.dtype)
 
 
+def context_of(cfg: Config, base_path: str | Path) -> int | None:
+    """Tokens (prompt + completion) one request may hold in the config's engine: vLLM's context
+    length, else the base's positions (None if its config does not say). Self-play keeps its
+    prompts inside it: a generated task too long to show a student must not end the run."""
+    if cfg.engine == "vllm":
+        # deferred: the vLLM engine's module, loaded only by runs that use it
+        from popula.engines.vllm_engine import context_length
+
+        return context_length(base_path, None)
+    # deferred: transformers, which the Ray sandbox actors (they import this module) never load
+    from transformers import AutoConfig
+
+    return getattr(AutoConfig.from_pretrained(str(base_path)), "max_position_embeddings", None)
+
+
 def build_sandbox(cfg: Config, workers: int | None = None) -> Sandbox:
     """The config's sandbox pool (`workers` overrides `sandbox.workers`) with its isolation."""
     return Sandbox(workers=workers or cfg.sandbox.workers, isolation=cfg.sandbox.isolation)

@@ -38,6 +38,7 @@ from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
+from popula.run.builders import context_of
 from popula.run.workers import Workers, build_workers, reserve_workers
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
@@ -140,7 +141,8 @@ class PopulationRun:
                              PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
                                           g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
                                           g.student_max_tokens, cfg.rewards.invalid_task,
-                                          cfg.rewards.novelty_window, cfg.tasks.seed_references))
+                                          cfg.rewards.novelty_window, cfg.tasks.seed_references,
+                                          context_of(cfg, self.base_path)))
         self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
                                      cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
         if resume:

@@ -9,6 +9,7 @@ verifier's verdict and reward. Rewards come from `popula.rewards` only.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ class PlaySettings:
     invalid_task_reward: float = INVALID_TASK_REWARD  # rewards.invalid_task
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
+    context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
 
 
 class SelfPlay:
@@ -115,8 +117,11 @@ class SelfPlay:
             for task_type in s.types:
                 for _ in range(s.proposals_per_type):
                     refs = buffer.sample(task_type, s.references, rng, anchors=s.seed_references)
-                    prompt = self.fmt.teacher_prompt(task_type, refs)
-                    plan.append((teacher, task_type, encode_prompt(self.tokenizer, prompt)))
+                    ids = encode_prompt(self.tokenizer, self.fmt.teacher_prompt(task_type, refs))
+                    while refs and not self._fits(ids, s.teacher_max_tokens):  # the first references give way
+                        refs = refs[1:]
+                        ids = encode_prompt(self.tokenizer, self.fmt.teacher_prompt(task_type, refs))
+                    plan.append((teacher, task_type, ids))
                     ref_depths.append(float(np.mean([task_depth(r) for r in refs])) if refs else None)
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.temperature, top_p=s.top_p,
@@ -140,10 +145,19 @@ class SelfPlay:
             p.verdict = verdict
             if verdict.valid:
                 p.task.outputs = verdict.outputs
+        prompt_of: dict[int, list[int]] = {}
+        for i, p in enumerate(proposals):
+            if p.valid:
+                prompt_of[i] = encode_prompt(self.tokenizer, self.fmt.student_prompt(p.task))
+                if not self._fits(prompt_of[i], s.student_max_tokens):
+                    # a task no student can be shown (a huge input or output) is as useless as a broken one
+                    p.verdict = dataclasses.replace(p.verdict, valid=False, reason="too_long", detail=(
+                        f"student prompt of {len(prompt_of[i])} tokens + {s.student_max_tokens} answer tokens "
+                        f"exceed the model's context of {s.context}"))
 
         # (4) each matched student answers every valid task with n rollouts
         jobs = [(i, student) for i, p in enumerate(proposals) if p.valid for student in students_of[p.teacher]]
-        student_prompts = [encode_prompt(self.tokenizer, self.fmt.student_prompt(proposals[i].task)) for i, _ in jobs]
+        student_prompts = [prompt_of[i] for i, _ in jobs]
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[student], n=s.rollouts, temperature=s.temperature,
                               top_p=s.top_p, max_tokens=s.student_max_tokens, seed=_seed(seed, step, 1, j),
@@ -168,6 +182,10 @@ class SelfPlay:
         if s.novelty_window > 0:
             _share(game, buffer, s.novelty_window)
         return game
+
+    def _fits(self, prompt_ids: list[int], max_tokens: int) -> bool:
+        context = self.settings.context
+        return context is None or len(prompt_ids) + max_tokens <= context
 
     def _verify(self, game: StepGame, records: list[TaskRecord]) -> list[VerifyResult]:
         if not records:
