@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from popula.complexity import ast_depth, measure  # noqa: E402
+from popula.complexity import ast_depth, is_multiline  # noqa: E402
 from popula.novelty import distinct_form_rate, program_form  # noqa: E402
 
 
@@ -40,10 +40,6 @@ def _window(text: str) -> tuple[int, int]:
     if not 1 <= window[0] <= window[1]:
         raise argparse.ArgumentTypeError(f"a window needs 1 <= FIRST <= LAST; got {text!r}")
     return window
-
-
-def _multiline(program: str) -> bool:
-    return measure(program).loc > 2  # radon's sloc: the def line and more than one body line
 
 
 def run_figures(run_dir: Path, windows: list[tuple[int, int]]) -> dict[str, dict[str, float | None]]:
@@ -68,7 +64,7 @@ def run_figures(run_dir: Path, windows: list[tuple[int, int]]) -> dict[str, dict
                 row = rows[lo, hi]
                 row["distinct"].append(distinct_form_rate(programs))
                 row["repeated"] += [float(program_form(p) in seen) for p in programs]
-                row["multiline"] += [float(_multiline(p)) for p in programs]
+                row["multiline"] += [float(is_multiline(p)) for p in programs]
                 row["depth"] += [float(ast_depth(p)) for p in programs]
         seen |= {program_form(p) for p in programs}
     return {f"{lo}-{hi}": {k: statistics.fmean(v) if v else None for k, v in

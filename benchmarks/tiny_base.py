@@ -38,7 +38,7 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads
 import torch  # noqa: E402
 
-from popula.complexity import ast_depth, measure, parsed_depths  # noqa: E402
+from popula.complexity import ast_depth, is_multiline, parsed_depths  # noqa: E402
 from popula.model.base import load_base  # noqa: E402
 from popula.records import TASK_TYPES, TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
@@ -68,10 +68,10 @@ def sample(model, tokenizer, prompts: list[str], *, temperature: float, max_new_
     return texts
 
 
-def is_multiline(program: str) -> bool | None:
-    """More than one line of code in the function body (radon's sloc > 2)? None if it does not parse."""
+def multiline_or_none(program: str) -> bool | None:
+    """`is_multiline`, or None for generated text that does not parse."""
     try:
-        return measure(program).loc > 2
+        return is_multiline(program)
     except (SyntaxError, ValueError):
         return None
 
@@ -146,9 +146,9 @@ def main() -> None:
                 pool = [r for r in refs[t] if is_multiline(r.program) is multi_shown]
                 picks = [rng.sample(pool, min(K_REFERENCES, len(pool))) for _ in range(args.proposals)]
                 texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks], temperature=1.0, max_new_tokens=320)
-                parsed = [p for p in (fmt.parse_proposal(x, t) for x in texts) if p is not None and is_multiline(p.program) is not None]
-                for p, verdict in zip(parsed, sandbox.verify(parsed) if parsed else []):
-                    multi = bool(is_multiline(p.program))
+                parsed = [(p, m) for p in (fmt.parse_proposal(x, t) for x in texts)
+                          if p is not None and (m := multiline_or_none(p.program)) is not None]
+                for (p, multi), verdict in zip(parsed, sandbox.verify([p for p, _ in parsed]) if parsed else []):
                     lines_of.append(multi)
                     accepted[multi][0] += verdict.valid
                     accepted[multi][1] += 1

@@ -49,6 +49,13 @@ def ast_depth(program: str) -> int:
     return _depth(ast.parse(program))
 
 
+def is_multiline(program: str) -> bool:
+    """More than one line of code in the function body: radon's sloc (no blank or comment-only
+    lines) above 2, the `def` line and one body line. Raises SyntaxError if it does not parse."""
+    ast.parse(program)
+    return analyze(program).sloc > 2
+
+
 def parsed_depths(programs: Sequence[str]) -> list[int]:
     """AST depth of each program that parses; the rest (generated text may be anything) are skipped."""
     depths = []

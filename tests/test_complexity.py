@@ -2,7 +2,7 @@
 
 import pytest
 
-from popula.complexity import ast_depth, measure
+from popula.complexity import ast_depth, is_multiline, measure
 
 TRIVIAL = "def f(x):\n    return x\n"
 
@@ -64,3 +64,11 @@ def test_deep_nesting_does_not_overflow_the_stack():
 def test_unparsable_program_raises_syntax_error():
     with pytest.raises(SyntaxError):
         measure("def f(:\n")
+
+
+def test_a_program_is_multiline_when_its_body_has_more_than_one_line_of_code():
+    assert not is_multiline("def f(a):\n    return a + 1")
+    assert not is_multiline("def f(a):\n    # a comment\n\n    return a + 1\n# (int) -> int")  # comments and blanks don't count
+    assert is_multiline("def f(a):\n    b = a * 2\n    return b")
+    with pytest.raises(SyntaxError):
+        is_multiline("def f(:")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
+from itertools import islice
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -117,7 +118,9 @@ class TaskBuffer:
         return self._weighted(task_type, k - anchors, rng, exclude={id(r) for r in tail}) + tail
 
     def _weighted(self, task_type: str, k: int, rng: np.random.Generator, exclude: set[int]) -> list[TaskRecord]:
-        pool = [r for r in self._pools[task_type] if id(r) not in exclude]
+        pool = self._pools[task_type]
+        if exclude:
+            pool = [r for r in pool if id(r) not in exclude]
         if not pool or k == 0:
             return []
         p = None
@@ -133,7 +136,7 @@ class TaskBuffer:
     def newest(self, task_type: str, n: int) -> list[TaskRecord]:
         """The newest `n` tasks of one type (the window `rewards.novelty_window` compares against)."""
         pool = self._pools[task_type]
-        return list(pool)[max(len(pool) - n, 0):] if n > 0 else []
+        return list(islice(pool, max(len(pool) - n, 0), None)) if n > 0 else []
 
     def restore(self, up_to_step: int) -> None:
         """Reload the pool from the log, dropping tasks logged after `up_to_step`."""

@@ -32,13 +32,13 @@ from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
+from popula.run.builders import context_of
 from popula.run.checkpoint import Checkpoints
 from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
 from popula.run.step_metrics import step_row
-from popula.run.builders import context_of
 from popula.run.workers import Workers, build_workers, reserve_workers
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
