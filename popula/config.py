@@ -75,9 +75,18 @@ class TasksConfig(_Section):
 class GenerationConfig(_Section):
     rollouts: int = Field(4, ge=1, description="student rollouts per task (n)")
     temperature: float = Field(1.0, gt=0)
+    teacher_temperature: float | None = Field(
+        None, gt=0, description="teachers' sampling temperature, which their updates train; None: temperature. "
+                                "The tiny base at 1.0 breaks long programs with stray tokens (docs/results/learning)"
+    )
     top_p: float = Field(1.0, gt=0, le=1)
     teacher_max_tokens: int = Field(256, ge=8)
     student_max_tokens: int = Field(128, ge=8)
+
+    @property
+    def proposal_temperature(self) -> float:
+        """The temperature teachers propose with (and are trained at)."""
+        return self.temperature if self.teacher_temperature is None else self.teacher_temperature
 
 
 class SandboxConfig(_Section):

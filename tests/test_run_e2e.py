@@ -79,6 +79,15 @@ def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys):
     assert "resumed" in capsys.readouterr().out
 
 
+def test_teachers_sampled_at_their_own_temperature_are_trained_at_it(base, tmp_path):
+    """Teacher rollouts carry the temperature they were drawn at: a learner computing another
+    temperature's policy would show a log-prob gap of order 1e-1, not fp32 rounding."""
+    out = tmp_path / "run"
+    assert main(args(base, out, 1, "--set=generation.teacher_temperature=0.6")) == 0
+    row = read_metrics(out / "metrics.jsonl")[0]
+    assert row["logprob_gap_max"] <= 1e-4
+
+
 def test_a_run_killed_mid_step_resumes_from_its_last_checkpoint(base, tmp_path):
     out = tmp_path / "run"
     # far more steps than it can finish before the kill; checkpoints keep only the newest two,

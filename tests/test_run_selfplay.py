@@ -124,6 +124,13 @@ def test_a_task_nobody_solves_earns_its_teacher_nothing(tmp_path, sandbox, tasks
     assert [p.reward for p in game.proposals] == [0.0, 0.0, 0.0]
 
 
+def test_teachers_propose_at_their_own_temperature_and_students_answer_at_the_shared_one(tmp_path, sandbox, tasks):
+    players = ScriptedPlayers(tasks, byte_tokenizer(), right=1)
+    play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1, players=players, teacher_temperature=0.7)
+    by_role = {(r.adapter.name, r.temperature) for r in players.requests}
+    assert by_role == {("T0", 0.7), ("S0", 1.0)}
+
+
 def test_garbage_proposals_cost_minus_one_and_reach_no_student(tmp_path, sandbox, tasks):
     game = play(tmp_path, sandbox, tasks, [Match("T1", "S0")], right=1)
     assert [(p.task, p.reward) for p in game.proposals] == [(None, -1.0)] * 3

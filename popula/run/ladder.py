@@ -84,10 +84,12 @@ class Ladder:
         self.learner.add_adapter(name, self.store.load(ref).state_dict)
         return ref
 
-    def _generate(self, prompts: Sequence[list[int]], adapter, n: int, max_tokens: int):
+    def _generate(self, prompts: Sequence[list[int]], adapter, n: int, max_tokens: int,
+                  temperature: float | None = None):
         g = self.cfg.generation
         self._calls += 1
-        requests = [GenerationRequest(prompt_ids=ids, adapter=adapter, n=n, temperature=g.temperature, top_p=g.top_p,
+        temperature = g.temperature if temperature is None else temperature
+        requests = [GenerationRequest(prompt_ids=ids, adapter=adapter, n=n, temperature=temperature, top_p=g.top_p,
                                       max_tokens=max_tokens, seed=(self.cfg.seed * 7919 + self._calls * 104_729 + i)
                                       % (2**31 - 1), stop_token_ids=self.stops)
                      for i, ids in enumerate(prompts)]
@@ -160,7 +162,8 @@ class Ladder:
                 picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False) if pool else []
                 plan.append((task_type, encode_prompt(self.tokenizer, self.fmt.teacher_prompt(
                     task_type, [pool[j] for j in picks]))))
-            results = self._generate([ids for _, ids in plan], ref, 1, self.cfg.generation.teacher_max_tokens)
+            results = self._generate([ids for _, ids in plan], ref, 1, self.cfg.generation.teacher_max_tokens,
+                                     self.cfg.generation.proposal_temperature)
             tasks = [self.fmt.parse_proposal(r.samples[0].text, t) for (t, _), r in zip(plan, results)]
             parsed = [i for i, t in enumerate(tasks) if t is not None]
             valid = [False] * len(tasks)
@@ -177,7 +180,7 @@ class Ladder:
                                 completion_ids=r.samples[0].token_ids, sampler_logprobs=r.samples[0].logprobs,
                                 adapter_version=ref.version,
                                 reward=teacher_reward(valid[i], rho.get(i), invalid=self.cfg.rewards.invalid_task),
-                                temperature=self.cfg.generation.temperature)
+                                temperature=self.cfg.generation.proposal_temperature)
                         for i, ((t, ids), r) in enumerate(zip(plan, results))]
             self.learner.step(rollouts)
             ref = self.store.save("teacher", self.learner.adapter_state("teacher"))

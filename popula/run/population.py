@@ -142,7 +142,7 @@ class PopulationRun:
                                           g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
                                           g.student_max_tokens, cfg.rewards.invalid_task,
                                           cfg.rewards.novelty_window, cfg.tasks.seed_references,
-                                          context_of(cfg, self.base_path)))
+                                          context_of(cfg, self.base_path), g.teacher_temperature))
         self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
                                      cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
         if resume:
@@ -303,19 +303,20 @@ class PopulationRun:
         return ref
 
     def _training_samples(self, game: StepGame) -> list[Any]:
-        temperature = self.cfg.generation.temperature
+        g = self.cfg.generation
         samples = []
         for i, p in enumerate(game.proposals):
             samples.append(Rollout(adapter=self.roster.adapter_of[p.teacher], role="teacher", task_type=p.task_type,
                                    group=f"teacher:{p.task_type}", prompt_ids=p.prompt_ids,
                                    completion_ids=p.sample.token_ids, sampler_logprobs=p.sample.logprobs,
-                                   adapter_version=p.adapter.version, reward=p.reward, temperature=temperature))
+                                   adapter_version=p.adapter.version, reward=p.reward,
+                                   temperature=g.proposal_temperature))
         for a in game.attempts:
             p = game.proposals[a.proposal]
             samples.append(Rollout(adapter=self.roster.adapter_of[a.student], role="student", task_type=p.task_type,
                                    group=f"student:{a.proposal}:{a.student}", prompt_ids=a.prompt_ids,
                                    completion_ids=a.sample.token_ids, sampler_logprobs=a.sample.logprobs,
-                                   adapter_version=a.adapter.version, reward=a.reward, temperature=temperature))
+                                   adapter_version=a.adapter.version, reward=a.reward, temperature=g.temperature))
         return samples
 
     def _add_to_buffer(self, step: int, game: StepGame) -> None:

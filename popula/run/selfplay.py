@@ -87,6 +87,7 @@ class PlaySettings:
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
+    teacher_temperature: float | None = None  # generation.teacher_temperature; None: temperature
 
 
 class SelfPlay:
@@ -124,7 +125,8 @@ class SelfPlay:
                     plan.append((teacher, task_type, ids))
                     ref_depths.append(float(np.mean([task_depth(r) for r in refs])) if refs else None)
         requests = [
-            GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.temperature, top_p=s.top_p,
+            GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, top_p=s.top_p,
+                              temperature=s.temperature if s.teacher_temperature is None else s.teacher_temperature,
                               max_tokens=s.teacher_max_tokens, seed=_seed(seed, step, 0, i),
                               stop_token_ids=self.stop_ids)
             for i, (t, _, ids) in enumerate(plan)
