@@ -12,7 +12,7 @@ much more often multi-line programs are rejected than one-liners.
 For each temperature the base proposes `--proposals` tasks per task type from K=6 one-line
 references and as many from multi-line ones (generated tasks from a namespace that neither the
 held-out tasks nor the base's corpus use), and the sandbox judges every proposal. A proposal counts
-as multi-line by `is_multiline`, or, when its program does not parse, by its non-empty body lines:
+as multi-line by `written_multiline` (`is_multiline`, or, for a program that does not parse, its body lines):
 a syntax error is the commonest way a long program fails, and counting only parsed programs would
 hide it. Reported per temperature: the valid rate, the multi-line share of parsed proposals, the
 acceptance of one-line and of multi-line ones, the valid multi-line tasks per proposal, and the
@@ -40,7 +40,7 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads
 import torch  # noqa: E402
 
-from popula.complexity import is_multiline  # noqa: E402
+from popula.complexity import is_multiline, written_multiline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_base import sample  # noqa: E402
@@ -54,14 +54,6 @@ class Judged:
     multiline: bool | None
     valid: bool
     reason: str | None
-
-
-def lines_kind(program: str) -> bool:
-    """Multi-line by `is_multiline`; a program that does not parse by its non-empty body lines."""
-    try:
-        return is_multiline(program)
-    except (SyntaxError, ValueError):
-        return sum(1 for line in program.strip().splitlines()[1:] if line.strip()) > 1
 
 
 def summarize(judged: Sequence[Judged]) -> dict:
@@ -122,7 +114,7 @@ def main() -> None:
                     parsed = [p for p in proposals if p is not None]
                     judged += [Judged(False, None, False, None)] * (len(proposals) - len(parsed))
                     for p, verdict in zip(parsed, sandbox.verify(parsed) if parsed else []):
-                        judged.append(Judged(True, lines_kind(p.program), verdict.valid, verdict.reason))
+                        judged.append(Judged(True, written_multiline(p.program), verdict.valid, verdict.reason))
             figures[f"{temperature:g}"] = summarize(judged)
 
     def cell(x: float | None, width: int) -> str:

@@ -56,6 +56,18 @@ def is_multiline(program: str) -> bool:
     return analyze(program).sloc > 2
 
 
+def written_multiline(program: str) -> bool:
+    """`is_multiline` for any text a teacher wrote, broken or not: a program that does not parse
+    counts by its non-blank, non-comment lines after the first. A stray token is how a long
+    program usually fails on a small base, so a rejected attempt at a multi-line program must
+    still count as one (the teachers' `lines` baseline strata, benchmarks/proposal_temperature.py)."""
+    try:
+        return is_multiline(program)
+    except (SyntaxError, ValueError):
+        body = program.strip().splitlines()[1:]
+        return sum(1 for line in body if line.strip() and not line.strip().startswith("#")) > 1
+
+
 def parsed_depths(programs: Sequence[str]) -> list[int]:
     """AST depth of each program that parses; the rest (generated text may be anything) are skipped."""
     depths = []

@@ -121,6 +121,11 @@ class LearnerConfig(_Section):
         "batch", description="teacher baseline per task type: this step's mean of the adapter's own tasks (batch), "
                              "a running mean of them (ema), or this step's mean over every teacher's tasks (population)"
     )
+    teacher_strata: Literal["none", "lines"] = Field(
+        "none", description="lines: a teacher's task is compared only with tasks of its type and its shape "
+                            "(one-line or multi-line body), so the teachers improve each shape but are not "
+                            "taught to switch from one to the other; none: by type alone"
+    )
     teacher_baseline_momentum: float = Field(0.9, ge=0, lt=1, description="ema baseline: weight of the past")
     teacher_normalize_std: bool = Field(True, description="divide teacher advantages by the group's reward std")
     max_tokens_per_microbatch: int = Field(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from popula.complexity import ast_depth, is_multiline, measure
+from popula.complexity import ast_depth, is_multiline, measure, written_multiline
 
 TRIVIAL = "def f(x):\n    return x\n"
 
@@ -72,3 +72,11 @@ def test_a_program_is_multiline_when_its_body_has_more_than_one_line_of_code():
     assert is_multiline("def f(a):\n    b = a * 2\n    return b")
     with pytest.raises(SyntaxError):
         is_multiline("def f(:")
+
+
+def test_a_broken_attempt_at_a_long_program_still_counts_as_multi_line():
+    assert written_multiline("def f(a):\n    return a + 1") is False
+    assert written_multiline("def f(a):\n    t = 0\n    return t + a") is True
+    # a stray token breaks the parse; its body lines still make it an attempt at a multi-line program
+    assert written_multiline("def f(a):\n    t = 0\n    t += (a))\n    returnzdde") is True
+    assert written_multiline("def f(a):\n    # add one\n    return (a +") is False

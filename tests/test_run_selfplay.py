@@ -15,11 +15,15 @@ from transformers import PreTrainedTokenizerFast
 
 from popula.adapters import AdapterRef
 
+from popula.config import LearnerConfig
 from popula.engines.base import GenerationResult, Sample
 from popula.league import Match
+from popula.learner import Rollout
+from popula.learner.advantages import EmaBaseline, compute_advantages
+from popula.records import TaskRecord
 from popula.rewards import MALFORMED_ANSWER_REWARD
 from popula.run.buffer import TaskBuffer
-from popula.run.selfplay import PlaySettings, SelfPlay, match_results
+from popula.run.selfplay import PlaySettings, Proposal, SelfPlay, match_results, teacher_group
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import COMPACT_EOS, CompactFormat
@@ -186,3 +190,36 @@ def test_teacher_prompts_drop_their_first_references_to_fit_the_context(tmp_path
     assert len(teacher_requests) == 3
     assert all(len(r.prompt_ids) + 64 <= 400 for r in players.requests)
     assert any("### ref" in tok.decode(r.prompt_ids) for r in teacher_requests)  # what fits is still shown
+
+
+def _proposal(tmp_path, program: str | None, text: str = "") -> Proposal:
+    task = None if program is None else TaskRecord(id="p", type="code_o", program=program, inputs=["1"])
+    return Proposal("T0", "code_o", [1], Sample([2], text or (program or ""), [-0.5], "stop"),
+                    AdapterRef("T0", 0, 0, tmp_path), task)
+
+
+def test_line_strata_compare_a_teachers_task_only_with_tasks_of_its_shape(tmp_path):
+    one, other_one = "def f(a):\n    return a + 1", "def f(a):\n    return a * 2"
+    multi = "def f(a):\n    t = 0\n    for x in range(a):\n        t += x\n    return t"
+    broken = "def f(a):\n    t = 0\n    t += (a))\n    returnzdde\n>>> f(1)"  # no task parsed from it
+    proposals = [_proposal(tmp_path, one), _proposal(tmp_path, other_one), _proposal(tmp_path, multi),
+                 _proposal(tmp_path, None, broken)]
+    assert [teacher_group(p, by_lines=True) for p in proposals] == \
+        ["teacher:code_o:one", "teacher:code_o:one", "teacher:code_o:multi", "teacher:code_o:multi"]
+    assert {teacher_group(p, by_lines=False) for p in proposals} == {"teacher:code_o"}
+
+    rewards = [0.5, 0.5, 0.6, -1.0]  # two valid one-liners, a valid multi-line task, a broken multi-line one
+
+    def advantages(by_lines: bool) -> list[float]:
+        rollouts = [Rollout(adapter="T0", role="teacher", task_type="code_o", group=teacher_group(p, by_lines=by_lines),
+                            prompt_ids=[1], completion_ids=[2], sampler_logprobs=[-0.5], adapter_version=0, reward=r)
+                    for p, r in zip(proposals, rewards)]
+        return compute_advantages(rollouts, LearnerConfig(teacher_baseline="population"), EmaBaseline(0.9))
+
+    pooled, strata = advantages(False), advantages(True)
+    # pooled, every task is measured against one mean, the broken attempt's -1 included ...
+    assert pooled[0] == pooled[1] > 0 > pooled[3]
+    # ... in strata the one-liners are level with each other, and the multi-line task is judged
+    # only against the other multi-line attempt
+    assert strata[0] == strata[1] == 0.0
+    assert strata[2] > 0 > strata[3]

@@ -37,7 +37,7 @@ from popula.run.checkpoint import Checkpoints
 from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
-from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results
+from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
 from popula.run.workers import Workers, build_workers, reserve_workers
 from popula.tasks.generator import generate_tasks
@@ -304,10 +304,11 @@ class PopulationRun:
 
     def _training_samples(self, game: StepGame) -> list[Any]:
         g = self.cfg.generation
+        by_lines = self.cfg.learner.teacher_strata == "lines"
         samples = []
         for i, p in enumerate(game.proposals):
             samples.append(Rollout(adapter=self.roster.adapter_of[p.teacher], role="teacher", task_type=p.task_type,
-                                   group=f"teacher:{p.task_type}", prompt_ids=p.prompt_ids,
+                                   group=teacher_group(p, by_lines=by_lines), prompt_ids=p.prompt_ids,
                                    completion_ids=p.sample.token_ids, sampler_logprobs=p.sample.logprobs,
                                    adapter_version=p.adapter.version, reward=p.reward,
                                    temperature=g.proposal_temperature))

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from popula.adapters import AdapterRef
-
+from popula.complexity import written_multiline
 from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
@@ -49,6 +49,22 @@ class Proposal:
     @property
     def valid(self) -> bool:
         return self.verdict is not None and self.verdict.valid
+
+
+def teacher_group(proposal: Proposal, *, by_lines: bool) -> str:
+    """The baseline group of a teacher's rollout: its task type, and with `by_lines` its shape.
+
+    Why shapes: on a small base a multi-line program is rejected far more often than a
+    one-liner (stray tokens), so a baseline over both teaches the teachers to stop writing
+    multi-line programs, which is most of what held-out tasks ask. Compared only within its
+    shape, a task is judged against the teachers' other attempts at that shape; an unparsed
+    completion counts by its text's lines (`written_multiline`).
+    """
+    group = f"teacher:{proposal.task_type}"
+    if not by_lines:
+        return group
+    text = proposal.task.program if proposal.task is not None else proposal.sample.text
+    return f"{group}:{'multi' if written_multiline(text) else 'one'}"
 
 
 @dataclass
