@@ -43,6 +43,17 @@ def test_resume_may_start_or_change_the_heldout_probe_even_in_a_run_from_before_
     assert load_config(tmp_path / "config.yaml").heldout.every == 20
 
 
+def test_a_run_from_before_a_key_existed_resumes_at_its_default_and_refuses_another_value(tmp_path):
+    prepare_run_dir(tmp_path, load_config(None), resume=False).release()
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    del saved["learner"]["teacher_strata"]  # written by a Popula without the key
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    prepare_run_dir(tmp_path, load_config(None), resume=True).release()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(PopulaError, match=r"differs at learner\.teacher_strata"):
+        prepare_run_dir(tmp_path, load_config(None, ["learner.teacher_strata=lines"]), resume=True)
+
+
 def test_resume_of_nothing_is_a_clear_error(tmp_path):
     with pytest.raises(PopulaError, match="nothing to resume"):
         prepare_run_dir(tmp_path / "none", load_config(None), resume=True)

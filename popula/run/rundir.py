@@ -164,7 +164,7 @@ def _check_and_write_config(run_dir: Path, cfg: Config, resume: bool) -> None:
     if resume:
         if not config_path.exists():
             raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
-        saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+        saved = _with_defaults(yaml.safe_load(config_path.read_text(encoding="utf-8")))
         current = cfg.model_dump(mode="json")
         differ = sorted(k for k in _diff(saved, current) if not _resumable(k))
         if differ:
@@ -195,6 +195,19 @@ def member_adapter(run_dir: Path, member: str) -> str:
     except (OSError, json.JSONDecodeError, KeyError) as err:
         raise PopulaError(f"{states[-1]}: unreadable run state ({err})") from None
     return roster.get(member, member)
+
+
+def _with_defaults(saved: Any) -> Any:
+    """The saved config with the keys added to Popula since the run began, at their defaults.
+
+    A key a newer version added keeps the old behaviour at its default, so a run written
+    before it resumes unless the key is now set otherwise. A saved config the current schema
+    rejects (a key since removed) is compared as written: the diff names what differs.
+    """
+    try:
+        return Config.model_validate(saved).model_dump(mode="json")
+    except ValueError:  # pydantic's ValidationError
+        return saved
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> set[str]:
