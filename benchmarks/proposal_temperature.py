@@ -97,6 +97,8 @@ def main() -> None:
     model, tokenizer = load_base(args.model)
     fmt = prompt_format(tokenizer)
     refs = {t: generate_tasks(300, 4321, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in TASK_TYPES}
+    pools = {(multi, t): [r for r in refs[t] if is_multiline(r.program) is multi]  # one-line / multi-line references
+             for multi in (False, True) for t in TASK_TYPES}
     figures: dict[str, dict] = {}
     start = time.monotonic()
     with Sandbox(workers=2) as sandbox:
@@ -106,8 +108,7 @@ def main() -> None:
             judged: list[Judged] = []
             for multi_refs in (False, True):
                 for t in TASK_TYPES:
-                    pool = [r for r in refs[t] if is_multiline(r.program) is multi_refs]
-                    picks = [rng.sample(pool, K_REFERENCES) for _ in range(args.proposals)]
+                    picks = [rng.sample(pools[multi_refs, t], K_REFERENCES) for _ in range(args.proposals)]
                     texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks],
                                    temperature=temperature, max_new_tokens=192)
                     proposals = [fmt.parse_proposal(x, t) for x in texts]

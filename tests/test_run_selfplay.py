@@ -97,9 +97,9 @@ def tasks():
 def play(tmp_path, sandbox, tasks, matches, right, references=(), players=None, **settings_overrides):
     tok = byte_tokenizer()
     players = players or ScriptedPlayers(tasks, tok, right)
-    settings = PlaySettings(types=["code_o", "code_i", "code_f"], proposals_per_type=1, references=2,
-                            rollouts=ROLLOUTS, temperature=1.0, top_p=1.0, teacher_max_tokens=64,
-                            student_max_tokens=64, **settings_overrides)
+    settings = PlaySettings(**{"types": ["code_o", "code_i", "code_f"], "proposals_per_type": 1, "references": 2,
+                               "rollouts": ROLLOUTS, "temperature": 1.0, "teacher_temperature": 1.0, "top_p": 1.0,
+                               "teacher_max_tokens": 64, "student_max_tokens": 64, **settings_overrides})
     selfplay = SelfPlay(players, sandbox, CompactFormat(), tok, [0], settings)
     buffer = TaskBuffer(tmp_path / "tasks.jsonl", capacity=10)
     buffer.add(list(references), step=0, teacher="seed", rhos=[None] * len(references))

@@ -139,10 +139,10 @@ class PopulationRun:
         self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,
                              stop_token_ids(self.tokenizer),
                              PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
-                                          g.rollouts, g.temperature, g.top_p, g.teacher_max_tokens,
-                                          g.student_max_tokens, cfg.rewards.invalid_task,
+                                          g.rollouts, g.temperature, g.proposal_temperature, g.top_p,
+                                          g.teacher_max_tokens, g.student_max_tokens, cfg.rewards.invalid_task,
                                           cfg.rewards.novelty_window, cfg.tasks.seed_references,
-                                          context_of(cfg, self.base_path), g.teacher_temperature))
+                                          context_of(cfg, self.base_path)))
         self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
                                      cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
         if resume:

@@ -95,7 +95,8 @@ class PlaySettings:
     proposals_per_type: int
     references: int
     rollouts: int
-    temperature: float
+    temperature: float  # students'
+    teacher_temperature: float  # generation.proposal_temperature: teacher_temperature, else temperature
     top_p: float
     teacher_max_tokens: int
     student_max_tokens: int
@@ -103,7 +104,6 @@ class PlaySettings:
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
-    teacher_temperature: float | None = None  # generation.teacher_temperature; None: temperature
 
 
 class SelfPlay:
@@ -141,8 +141,7 @@ class SelfPlay:
                     plan.append((teacher, task_type, ids))
                     ref_depths.append(float(np.mean([task_depth(r) for r in refs])) if refs else None)
         requests = [
-            GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, top_p=s.top_p,
-                              temperature=s.temperature if s.teacher_temperature is None else s.teacher_temperature,
+            GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.teacher_temperature, top_p=s.top_p,
                               max_tokens=s.teacher_max_tokens, seed=_seed(seed, step, 0, i),
                               stop_token_ids=self.stop_ids)
             for i, (t, _, ids) in enumerate(plan)
