@@ -20,6 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from popula.config import LearnerConfig, LoraConfig
 from popula.errors import PopulaError
 from popula.learner import NonFiniteUpdateWarning, PopulationLearner, Rollout
+from popula.learner.learner import avoid_cudnn_attention
 from popula.lora import DEFAULT_TARGET_MODULES, fresh_peft_state_dict
 
 VOCAB = 96
@@ -319,3 +320,35 @@ def test_empty_completions_train_nothing_but_are_counted_nowhere():
     r.completion_ids, r.sampler_logprobs = [], []
     metrics = learner.step([r])
     assert metrics["tokens"] == 0 and metrics["skipped"] == [] and math.isclose(0, metrics["clip_fraction"])
+
+
+def test_a_gpu_learner_turns_cudnn_attention_off_before_its_first_backward():
+    """Its backward returns NaN query gradients on Hopper with a mask (pytorch/pytorch#196678)."""
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        PopulationLearner(tiny_llama(), LORA, LearnerConfig(), max_adapters=1)  # a CPU learner leaves it alone
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        avoid_cudnn_attention()  # what a learner on cuda calls first
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_learner_on_cuda_runs_without_cudnn_attention():
+    PopulationLearner(tiny_llama(), LORA, LearnerConfig(), max_adapters=1, device="cuda")
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_over_a_bf16_base_the_adapters_train_in_float32_so_small_steps_are_kept():
+    base = tiny_llama().to(torch.bfloat16)
+    learner = PopulationLearner(base, LORA, LearnerConfig(lr=1e-4), max_adapters=1, dtype=torch.bfloat16)
+    learner.add_adapter("A", trained_looking_adapter(tiny_llama(), seed=1))
+    params = learner.model.slot_parameters(0)
+    assert {p.dtype for p in params} == {torch.float32}
+    before = [p.detach().clone() for p in params]
+    metrics = learner.step(random_rollouts(["A"], 8, seed=0))
+    assert metrics["skipped"] == []
+    moved = torch.cat([(p.detach() != b).flatten() for p, b in zip(params, before)]).float().mean()
+    assert moved > 0.9  # steps of ~1e-4 on weights of ~0.1: a bf16 weight would keep almost none of them

@@ -72,6 +72,19 @@ class _Rows:
     versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
 
 
+def avoid_cudnn_attention() -> None:
+    """Turn off torch's cuDNN attention backend for this process (flash and memory-efficient take over).
+
+    Why: its backward returns NaN query gradients on Hopper GPUs when an attention mask is passed
+    and the padded length is 64 more than a multiple of 128 (pytorch/pytorch#196678; torch 2.11
+    to 2.13). The learner always passes a mask (left-padded rows). On an H200 (torch 2.11, bf16),
+    4 of 36 learner steps of the default config had NaN gradients (every teacher's, once seven of
+    the eight adapters', so their updates were skipped), and autograd's anomaly mode named
+    `ScaledDotProductCudnnAttentionBackward0` (docs/results/gpu/README.md).
+    """
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 class PopulationLearner:
     """Trains many LoRA adapters on one frozen base, one optimiser per adapter.
 
@@ -100,6 +113,8 @@ class PopulationLearner:
         self.lora = lora
         self.seed = seed
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            avoid_cudnn_attention()
         if isinstance(base, nn.Module):
             model = base
         else:
