@@ -336,9 +336,23 @@ def test_a_gpu_learner_turns_cudnn_attention_off_before_its_first_backward():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_learner_on_cuda_runs_without_cudnn_attention():
-    PopulationLearner(tiny_llama(), LORA, LearnerConfig(), max_adapters=1, device="cuda")
+def test_a_bf16_learner_on_cuda_has_finite_gradients_for_rows_padded_to_192_tokens():
+    """The shape that made cuDNN's attention backward return NaN: a mask, left-padded rows
+    (their padded queries see no key) and a padded length of 64 more than a multiple of 128."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)
+    base = LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
+    learner = PopulationLearner(base, LORA, LearnerConfig(), max_adapters=1, device="cuda", dtype=torch.bfloat16)
     assert not torch.backends.cuda.cudnn_sdp_enabled()
+    learner.add_adapter("A")
+    g = torch.Generator().manual_seed(0)
+    rollouts = [Rollout(adapter="A", role="student", group="t", prompt_ids=torch.randint(0, VOCAB, (p,), generator=g).tolist(),
+                        completion_ids=torch.randint(0, VOCAB, (32,), generator=g).tolist(), sampler_logprobs=[-4.6] * 32,
+                        adapter_version=0, reward=float(i % 2), temperature=1.0)
+                for i, p in enumerate([160, 100, 40, 12])]  # padded to 192
+    grads = learner.gradients(rollouts)["A"]
+    assert all(bool(t.isfinite().all()) for t in grads.values())
 
 
 def test_over_a_bf16_base_the_adapters_train_in_float32_so_small_steps_are_kept():
