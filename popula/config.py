@@ -114,6 +114,10 @@ class LearnerConfig(_Section):
         None, gt=0, description="upper bound 1 + clip_eps_high (DAPO clip-higher); None: clip_eps"
     )
     kl_coef: float = Field(0.0, ge=0, description="k3 KL to the bare base; 0 skips the base forward")
+    student_kl_coef: float | None = Field(
+        None, ge=0, description="the KL coefficient of student rollouts alone; None: kl_coef. Holds a student's "
+                                "answers nearer the base's spread (pass@k) without holding the teachers back"
+    )
     advantage: Literal["grpo", "dr_grpo"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo) or only centred"
     )
@@ -132,6 +136,15 @@ class LearnerConfig(_Section):
         8192, ge=16, description="memory bound: rows x padded length of one forward/backward"
     )
     grad_clip: float | None = Field(1.0, gt=0, description="per-adapter gradient norm clip; None: off")
+
+    def kl_coef_for(self, role: str) -> float:
+        """The KL coefficient of a rollout of `role` ("teacher" or "student")."""
+        return self.student_kl_coef if role == "student" and self.student_kl_coef is not None else self.kl_coef
+
+    @property
+    def uses_kl(self) -> bool:
+        """Whether any rollout's loss has a KL term (else the bare base's forward is skipped)."""
+        return self.kl_coef > 0 or bool(self.student_kl_coef)
 
 
 class EvolutionSection(_Section):

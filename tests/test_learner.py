@@ -366,3 +366,24 @@ def test_over_a_bf16_base_the_adapters_train_in_float32_so_small_steps_are_kept(
     assert metrics["skipped"] == []
     moved = torch.cat([(p.detach() != b).flatten() for p, b in zip(params, before)]).float().mean()
     assert moved > 0.9  # steps of ~1e-4 on weights of ~0.1: a bf16 weight would keep almost none of them
+
+
+def test_student_rollouts_take_the_student_kl_coefficient_and_teacher_rollouts_the_shared_one():
+    def learner_with(cfg: LearnerConfig) -> PopulationLearner:
+        learner = PopulationLearner(tiny_llama(), LORA, cfg, max_adapters=2)
+        learner.add_adapter("T", trained_looking_adapter(tiny_llama(), seed=1))
+        learner.add_adapter("S", trained_looking_adapter(tiny_llama(), seed=2))
+        return learner
+
+    rollouts = random_rollouts(["T", "S"], 8, seed=3)
+    for i, r in enumerate(rollouts):
+        r.role, r.task_type = ("teacher", "code_o") if r.adapter == "T" else ("student", "")
+        r.reward, r.advantage = None, [1.0, -0.5, 0.25, -1.0][i % 4]
+    mixed = learner_with(LearnerConfig(kl_coef=0.05, student_kl_coef=0.5)).gradients(rollouts)
+    shared = learner_with(LearnerConfig(kl_coef=0.05)).gradients(rollouts)
+    strong = learner_with(LearnerConfig(kl_coef=0.5)).gradients(rollouts)
+    for key, g in mixed["T"].items():
+        torch.testing.assert_close(g, shared["T"][key])
+    for key, g in mixed["S"].items():
+        torch.testing.assert_close(g, strong["S"][key])
+    assert any(not torch.allclose(g, shared["S"][k]) for k, g in mixed["S"].items())  # the coefficient matters

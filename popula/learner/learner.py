@@ -67,6 +67,7 @@ class _Rows:
     sampler_logprobs: list[list[float]]
     advantage: list[float]
     temperature: list[float]
+    kl_coef: list[float]  # learner.kl_coef_for(the rollout's role)
     adapter: list[str]
     slot: list[int]
     versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
@@ -249,7 +250,7 @@ class PopulationLearner:
         if not rows.ids:
             return stats.report(rows, [], 0)
         batches = self._pack(rows)
-        base_logp = self._base_logprobs(rows, batches) if self.cfg.kl_coef > 0 else None
+        base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         skipped: dict[str, str] = {}
         for epoch in range(self.cfg.epochs):
@@ -289,7 +290,7 @@ class PopulationLearner:
         if not rows.ids:
             return {}
         batches = self._pack(rows)
-        base_logp = self._base_logprobs(rows, batches) if self.cfg.kl_coef > 0 else None
+        base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         self._zero_grad(active)
         self._accumulate(rows, batches, base_logp, set(active), None)
@@ -313,7 +314,7 @@ class PopulationLearner:
             if r.adapter not in self._slot:
                 raise PopulaError(f"rollout {i}: adapter {r.adapter!r} is not in the learner (has {self.adapters})")
         advantages = compute_advantages(rollouts, self.cfg, ema)
-        rows = _Rows([], [], [], [], [], [], [], defaultdict(set))
+        rows = _Rows([], [], [], [], [], [], [], [], defaultdict(set))
         for r, adv in zip(rollouts, advantages):
             if not r.completion_ids:
                 continue
@@ -322,6 +323,7 @@ class PopulationLearner:
             rows.sampler_logprobs.append(list(r.sampler_logprobs))
             rows.advantage.append(adv)
             rows.temperature.append(r.temperature)
+            rows.kl_coef.append(self.cfg.kl_coef_for(r.role))
             rows.adapter.append(r.adapter)
             rows.slot.append(self._slot[r.adapter])
         for r in rollouts:
@@ -356,6 +358,7 @@ class PopulationLearner:
             "targets": ids[:, length - k:].to(dev), "token_mask": token_mask.to(dev), "old": old.to(dev),
             "temperature": torch.tensor([rows.temperature[i] for i in batch], dtype=torch.float32, device=dev),
             "advantage": torch.tensor([rows.advantage[i] for i in batch], dtype=torch.float32, device=dev),
+            "kl_coef": torch.tensor([rows.kl_coef[i] for i in batch], dtype=torch.float32, device=dev),
         }
 
     def _logprobs(self, t: dict[str, torch.Tensor], slots: list[int]) -> torch.Tensor:
@@ -390,7 +393,7 @@ class PopulationLearner:
                 tl = clipped_token_loss(
                     logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
                     clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
-                    base_logp=None if base_logp is None else base_logp[index], kl_coef=self.cfg.kl_coef)
+                    base_logp=None if base_logp is None else base_logp[index], kl_coef=t["kl_coef"].unsqueeze(-1))
                 tm = t["token_mask"]
                 row_finite = torch.where(tm, tl.loss, 0.0).isfinite().all(-1).tolist()
                 for name, ok in zip(names, row_finite):

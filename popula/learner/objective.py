@@ -49,7 +49,7 @@ class TokenLoss:
 
 def clipped_token_loss(logp: torch.Tensor, sampler_logp: torch.Tensor, advantages: torch.Tensor, *,
                        clip_low: float, clip_high: float, base_logp: torch.Tensor | None = None,
-                       kl_coef: float = 0.0) -> TokenLoss:
+                       kl_coef: float | torch.Tensor = 0.0) -> TokenLoss:
     """PPO's clipped surrogate (negated, to minimise) plus an optional k3 KL penalty, per token."""
     ratio = torch.exp(logp - sampler_logp)
     unclipped = ratio * advantages
@@ -59,6 +59,8 @@ def clipped_token_loss(logp: torch.Tensor, sampler_logp: torch.Tensor, advantage
     kl = None
     if base_logp is not None:
         kl = k3_kl(logp, base_logp)
-        if kl_coef:
+        if isinstance(kl_coef, torch.Tensor):  # one coefficient per row (by role): 0 adds nothing, not 0 * inf
+            loss = loss + torch.where(kl_coef > 0, kl_coef * kl, 0.0)
+        elif kl_coef:
             loss = loss + kl_coef * kl
     return TokenLoss(loss, is_clipped, kl)
