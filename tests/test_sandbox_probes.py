@@ -140,6 +140,13 @@ def test_benign_programs_give_exactly_cpythons_outputs(sandbox):
     assert len(rows) >= 300
     records = [TaskRecord(id=str(k), type="code_o", program=r["program"], inputs=r["inputs"]) for k, r in enumerate(rows)]
     results = sandbox.verify(records)
+    # Each program runs 14 times under a 1.5 s wall clock; on a machine loaded several times over (CI
+    # beside training jobs) one benign run can pass it. A timeout is not a wrong output: such rows get
+    # one more verification, and must then give CPython's outputs like the rest.
+    timed_out = {r.id for r in results if r.reason == "timeout"}
+    if timed_out:
+        again = {r.id: r for r in sandbox.verify([rec for rec in records if rec.id in timed_out])}
+        results = [again.get(r.id, r) for r in results]
     wrong = [(rows[int(r.id)]["program"][:80], r.reason, r.detail, r.outputs, rows[int(r.id)]["outputs"])
              for r in results if not r.valid or r.outputs != rows[int(r.id)]["outputs"]]
     assert not wrong, wrong[:5]
