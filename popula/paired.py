@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from popula.errors import PopulaError
+from popula.evaluate import pass_at_k
 
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """pass@1 of A minus pass@1 of B on the same tasks, with its two sources of uncertainty."""
+    """A score (pass@1 unless told otherwise) of A minus B's on the same tasks, with its two sources of uncertainty."""
 
     mean: float  # mean over seeds of the mean per-task difference
     per_seed: list[float]
@@ -58,15 +59,23 @@ def per_task_pass1(report: dict[str, Any]) -> dict[str, float]:
     return {t["id"]: t["correct"] / t["samples"] for t in tasks}
 
 
-def paired_difference(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> PairedDifference:
+def per_task_pass_at_k(report: dict[str, Any]) -> dict[str, float]:
+    """Task id -> unbiased pass@k, k the report's own (`popula eval --samples`), from a `--per-task` report."""
+    per_task_pass1(report)  # the same check and message when the counts are missing
+    return {t["id"]: pass_at_k(t["samples"], t["correct"], report["k"]) for t in report["per_task"]}
+
+
+def paired_difference(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]],
+                      per_task: Callable[[dict[str, Any]], dict[str, float]] = per_task_pass1) -> PairedDifference:
     """A minus B, seed by seed (`a[i]` against `b[i]`), over the tasks both were scored on.
 
-    Every pair must cover the same task ids: a difference over different tasks is not paired
-    and would mix model quality with task difficulty.
+    `per_task` reads the score of each task from a report: pass@1 (default) or
+    `per_task_pass_at_k`. Every pair must cover the same task ids: a difference over different
+    tasks is not paired and would mix model quality with task difficulty.
     """
     if not a or len(a) != len(b):
         raise PopulaError(f"paired_difference needs one B report per A report, got {len(a)} and {len(b)}")
-    a_rates, b_rates = [per_task_pass1(r) for r in a], [per_task_pass1(r) for r in b]
+    a_rates, b_rates = [per_task(r) for r in a], [per_task(r) for r in b]
     ids = sorted(a_rates[0])
     for i, (ra, rb) in enumerate(zip(a_rates, b_rates)):
         if sorted(ra) != ids or sorted(rb) != ids:

@@ -8,7 +8,7 @@ import pytest
 
 from popula.errors import PopulaError
 from popula.evaluate import TaskScore
-from popula.paired import paired_difference, per_task_pass1
+from popula.paired import paired_difference, per_task_pass1, per_task_pass_at_k
 
 
 def report(correct: dict[str, int], samples: int = 4) -> dict:
@@ -60,3 +60,10 @@ def test_each_seed_needs_its_own_partner():
     r = report({"a": 1})
     with pytest.raises(PopulaError, match="one B report per A report"):
         paired_difference([r, r], [r])
+
+
+def test_pass_at_k_pairs_the_tasks_solved_at_least_once_where_pass1_counts_every_sample():
+    sharp = dict(report({"a": 4, "b": 0, "c": 0}), k=4)  # all on one task
+    spread = dict(report({"a": 1, "b": 1, "c": 1}), k=4)  # once on each
+    assert paired_difference([sharp], [spread]).mean == pytest.approx(1 / 12)
+    assert paired_difference([sharp], [spread], per_task_pass_at_k).mean == pytest.approx(-2 / 3)

@@ -1,0 +1,86 @@
+"""Two `benchmarks/learning.py` output folders compared task by task: did setting A beat setting B?
+
+    python3 benchmarks/compare_learning.py A_DIR B_DIR --seeds 0 1 2 3 4 [--labels population single]
+
+Why: a change of settings is judged against the same seeds' runs of the other setting on the same
+held-out tasks, not against numbers from another table. Each folder holds what learning.py writes
+(`<label>-s<seed>/` runs and `scores/<label>-s<seed>-<adapter>.json` reports); a folder of bare
+`popula run` directories with such a `scores/` folder works as well. For each label and seed the
+model is the run's best student by conservative rating (`popula.eval_target.best_student`, as
+learning.py picks it: the single agent's one adapter, the population's top-rated live student).
+Printed for each label: pass@1 and pass@k of A minus B (`popula.paired`: the mean per-task
+difference, its standard error over tasks and its spread over seeds), and of each against the bare
+base when `scores/base.json` is there. The two folders must have scored the same held-out tasks.
+The last line is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from popula.errors import PopulaError  # noqa: E402
+from popula.eval_target import best_student  # noqa: E402
+from popula.paired import PairedDifference, paired_difference, per_task_pass1, per_task_pass_at_k  # noqa: E402
+
+METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
+
+
+def best_report(out: Path, label: str, seed: int) -> dict[str, Any]:
+    """The scored report of the best student of OUT/<label>-s<seed>."""
+    name = best_student(out / f"{label}-s{seed}")
+    path = out / "scores" / f"{label}-s{seed}-{name}.json"
+    if not path.exists():
+        raise PopulaError(f"{path}: no report for {label}-s{seed}'s best student {name!r}; score it with "
+                          f"`popula eval {out / f'{label}-s{seed}'} --adapter {name} --json --per-task` "
+                          f"(or run benchmarks/learning.py on {out})")
+    return json.loads(path.read_text())
+
+
+def compare(a: Path, b: Path, seeds: list[int], labels: list[str]) -> dict[str, dict[str, PairedDifference]]:
+    """label -> comparison name -> paired difference, for every metric."""
+    out: dict[str, dict[str, PairedDifference]] = {}
+    for label in labels:
+        ra = [best_report(a, label, s) for s in seeds]
+        rb = [best_report(b, label, s) for s in seeds]
+        pairs = {"A - B": (ra, rb)}
+        for name, folder, reports in (("A - base", a, ra), ("B - base", b, rb)):
+            base = folder / "scores" / "base.json"
+            if base.exists():
+                pairs[name] = (reports, [json.loads(base.read_text())] * len(seeds))
+        out[label] = {f"{metric} {name}": paired_difference(x, y, per_task)
+                      for name, (x, y) in pairs.items() for metric, per_task in METRICS.items()}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("a", type=Path, help="setting A: a learning.py output folder")
+    parser.add_argument("b", type=Path, help="setting B: the same seeds under the other setting")
+    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument("--labels", nargs="+", default=["population", "single"],
+                        help="which runs of each seed to compare (default: population single)")
+    args = parser.parse_args()
+    try:
+        result = compare(args.a, args.b, args.seeds, args.labels)
+    except PopulaError as e:
+        print(f"compare_learning: {e}", file=sys.stderr)
+        return 2
+    print(f"A = {args.a}, B = {args.b}, seeds {' '.join(map(str, args.seeds))}; each run's best student by rating\n")
+    for label, rows in result.items():
+        print(label)
+        for name, diff in rows.items():
+            print(f"  {name:16s} {diff.describe()}")
+    print(json.dumps({"a": str(args.a), "b": str(args.b), "seeds": args.seeds,
+                      "results": {label: {n: d.to_json() for n, d in rows.items()} for label, rows in result.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

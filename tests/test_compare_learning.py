@@ -1,0 +1,54 @@
+"""benchmarks/compare_learning.py: two settings' runs compared on the same tasks, best student by rating."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from popula.evaluate import TaskScore
+from popula.league import League
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_report(path: Path, correct: dict[str, int]) -> None:
+    tasks = [asdict(TaskScore(t, "code_o", 4, 4, c)) for t, c in correct.items()]
+    path.write_text(json.dumps({"model": "m", "adapter": "x", "k": 4, "per_task": tasks}))
+
+
+def folder(root: Path, scores: dict[str, dict[str, int]], best: str) -> Path:
+    """A learning.py-shaped folder: one population run (seed 0) whose best-rated student is `best`."""
+    run = root / "population-s0"
+    run.mkdir(parents=True)
+    league = League()
+    for name in scores:
+        league.add_member(name, "student")
+    league.members[best].mu += 10  # the top conservative rating
+    league.save(run / "league.json")
+    (root / "scores").mkdir()
+    for name, correct in scores.items():
+        write_report(root / "scores" / f"population-s0-{name}.json", correct)
+    write_report(root / "scores" / "base.json", {"t1": 0, "t2": 1})
+    return root
+
+
+def test_each_setting_is_judged_by_its_best_rated_student_on_the_same_tasks(tmp_path):
+    a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 4}, "S1": {"t1": 0, "t2": 0}}, best="S0")
+    b = folder(tmp_path / "b", {"S0": {"t1": 4, "t2": 4}, "S1": {"t1": 2, "t2": 2}}, best="S1")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(b),
+                           "--seeds", "0", "--labels", "population"], capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])["results"]["population"]
+    assert figures["pass@1 A - B"]["mean"] == 0.5  # 1.0 against S1's 0.5, not against B's S0
+    assert figures["pass@k A - B"]["mean"] == 0.0  # both solve each task at least once
+    assert figures["pass@1 A - base"]["mean"] == 1 - 1 / 8
+
+
+def test_a_missing_score_is_a_clear_error_naming_the_command(tmp_path):
+    a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 4}}, best="S0")
+    (a / "scores" / "population-s0-S0.json").unlink()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(a),
+                           "--seeds", "0", "--labels", "population"], capture_output=True, text=True)
+    assert done.returncode == 2 and "popula eval" in done.stderr and "S0" in done.stderr
