@@ -50,19 +50,23 @@ class PairedDifference:
                 f"better on {self.better_tasks} tasks, worse on {self.worse_tasks})")
 
 
-def per_task_pass1(report: dict[str, Any]) -> dict[str, float]:
-    """Task id -> fraction of correct samples (its unbiased pass@1) from a `--per-task` report."""
+def _task_counts(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A `--per-task` report's per-task sample counts; a clear error when it was scored without them."""
     tasks = report.get("per_task")
     if not tasks:
         raise PopulaError(f"evaluation report of {report.get('model')!r} (adapter {report.get('adapter')!r}) has no "
                           "per-task counts: score it with `popula eval --json --per-task`")
-    return {t["id"]: t["correct"] / t["samples"] for t in tasks}
+    return tasks
+
+
+def per_task_pass1(report: dict[str, Any]) -> dict[str, float]:
+    """Task id -> fraction of correct samples (its unbiased pass@1) from a `--per-task` report."""
+    return {t["id"]: t["correct"] / t["samples"] for t in _task_counts(report)}
 
 
 def per_task_pass_at_k(report: dict[str, Any]) -> dict[str, float]:
     """Task id -> unbiased pass@k, k the report's own (`popula eval --samples`), from a `--per-task` report."""
-    per_task_pass1(report)  # the same check and message when the counts are missing
-    return {t["id"]: pass_at_k(t["samples"], t["correct"], report["k"]) for t in report["per_task"]}
+    return {t["id"]: pass_at_k(t["samples"], t["correct"], report["k"]) for t in _task_counts(report)}
 
 
 def paired_difference(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]],

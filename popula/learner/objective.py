@@ -59,8 +59,6 @@ def clipped_token_loss(logp: torch.Tensor, sampler_logp: torch.Tensor, advantage
     kl = None
     if base_logp is not None:
         kl = k3_kl(logp, base_logp)
-        if isinstance(kl_coef, torch.Tensor):  # one coefficient per row (by role): 0 adds nothing, not 0 * inf
-            loss = loss + torch.where(kl_coef > 0, kl_coef * kl, 0.0)
-        elif kl_coef:
-            loss = loss + kl_coef * kl
+        # One coefficient, or one per row (by role); a coefficient of 0 adds nothing, not 0 * inf.
+        loss = loss + torch.where(torch.as_tensor(kl_coef) > 0, kl_coef * kl, 0.0)
     return TokenLoss(loss, is_clipped, kl)
