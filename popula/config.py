@@ -118,9 +118,11 @@ class LearnerConfig(_Section):
         None, ge=0, description="the KL coefficient of student rollouts alone; None: kl_coef. Holds a student's "
                                 "answers nearer the base's spread (pass@k) without holding the teachers back"
     )
-    advantage: Literal["grpo", "dr_grpo"] = Field(
-        "grpo", description="student advantages: group mean-centred and std-normalised (grpo) or only centred"
+    advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
+        "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
+                            "(dr_grpo), or of the best of pass_k answers (passk: keeps a student's answers varied)"
     )
+    pass_k: int = Field(4, ge=1, description="k of the passk advantage (at most the rollouts per task)")
     teacher_baseline: Literal["batch", "ema", "population"] = Field(
         "batch", description="teacher baseline per task type: this step's mean of the adapter's own tasks (batch), "
                              "a running mean of them (ema), or this step's mean over every teacher's tasks (population)"

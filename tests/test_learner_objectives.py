@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from popula.learner import (
     group_advantages,
     k3_kl,
     pack_rows,
+    passk_advantages,
     token_logprobs,
 )
 
@@ -41,6 +44,62 @@ def test_dr_grpo_only_centres():
 def test_a_group_with_nothing_to_compare_gets_zero_advantage(rewards):
     for normalize in (True, False):
         assert group_advantages(rewards, normalize_std=normalize) == [0.0] * len(rewards)
+
+
+def _passk_by_enumeration(rewards: list[float], k: int) -> list[float]:
+    """The definition, by brute force: score every k-subset by its best reward."""
+    subsets = list(itertools.combinations(range(len(rewards)), k))
+    best = {s: max(rewards[i] for i in s) for s in subsets}
+    mean = sum(best.values()) / len(best)
+    std = math.sqrt(sum((b - mean) ** 2 for b in best.values()) / len(best))
+    if std == 0:  # every subset holds the group's best
+        return [0.0] * len(rewards)
+    return [sum(best[s] - mean for s in subsets if i in s) / sum(i in s for s in subsets) / std
+            for i in range(len(rewards))]
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+def test_passk_advantages_equal_the_best_of_k_over_every_subset(k):
+    rng = random.Random(k)
+    for _ in range(20):
+        rewards = [rng.choice([0.0, 0.25, 1.0, 1.0]) for _ in range(8)]
+        if len(set(rewards)) == 1:
+            continue
+        assert passk_advantages(rewards, k) == pytest.approx(_passk_by_enumeration(rewards, k), rel=1e-9)
+
+
+def test_passk_matches_the_pass_at_k_papers_closed_form_for_right_or_wrong_answers():
+    n, k, wrong = 8, 4, 6  # 2 of 8 right
+    mean = 1 - math.comb(wrong, k) / math.comb(n, k)
+    std = math.sqrt(mean * (1 - mean))
+    right_adv = (1 - mean) / std
+    wrong_adv = (1 - math.comb(wrong - 1, k - 1) / math.comb(n - 1, k - 1) - mean) / std
+    assert passk_advantages([1.0, 1.0] + [0.0] * wrong, k) == pytest.approx([right_adv] * 2 + [wrong_adv] * wrong)
+
+
+def test_passk_barely_punishes_the_last_wrong_answer_of_an_easy_task():
+    """Where GRPO pushes a single wrong answer among seven right ones far down (it sharpens the
+    student onto its usual answer), best-of-4 gives it nothing: every 4-subset holds a right one."""
+    easy = [1.0] * 7 + [0.0]
+    assert group_advantages(easy, normalize_std=True)[-1] < -2.0
+    assert passk_advantages(easy, 4) == [0.0] * 8
+    hard = passk_advantages([1.0] + [0.0] * 7, 4)  # the rare right answer still pulls the student
+    assert hard[0] == pytest.approx(1.0) and hard[1:] == pytest.approx([-1 / 7] * 7)
+    assert sum(hard) == pytest.approx(0.0)  # a baseline, like GRPO's: no drift of the mean log-prob
+
+
+def test_passk_caps_k_at_the_group_and_gives_flat_groups_nothing():
+    assert passk_advantages([1.0, 0.0], 4) == pytest.approx(_passk_by_enumeration([1.0, 0.0], 2))
+    assert passk_advantages([0.5] * 8, 4) == [0.0] * 8
+    assert passk_advantages([1.0], 4) == [0.0]
+
+
+def test_the_passk_option_reaches_students_and_leaves_teachers_alone():
+    rollouts = [rollout("S0", "student", "t1", r) for r in (1.0, 0.0, 0.0, 0.0)] + \
+               [rollout("T0", "teacher", "code_o", r) for r in (-1.0, 0.5, 0.0)]
+    adv = compute_advantages(rollouts, LearnerConfig(advantage="passk", pass_k=2), EmaBaseline(0.9))
+    assert adv[:4] == pytest.approx(passk_advantages([1.0, 0.0, 0.0, 0.0], 2))
+    assert adv[4:] == pytest.approx(group_advantages([-1.0, 0.5, 0.0], normalize_std=True))
 
 
 def test_student_groups_never_span_adapters_or_roles():

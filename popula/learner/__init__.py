@@ -8,7 +8,7 @@
                                     reward=1.0), ...])
 """
 
-from popula.learner.advantages import EmaBaseline, compute_advantages, group_advantages
+from popula.learner.advantages import EmaBaseline, compute_advantages, group_advantages, passk_advantages
 from popula.learner.learner import NonFiniteUpdateWarning, PopulationLearner
 from popula.learner.objective import (
     TokenLoss,
@@ -22,5 +22,5 @@ from popula.learner.rollout import Rollout
 
 __all__ = [
     "EmaBaseline", "Learner", "NonFiniteUpdateWarning", "PopulationLearner", "Rollout", "TokenLoss", "clipped_token_loss",
-    "compute_advantages", "group_advantages", "k3_kl", "pack_rows", "token_logprobs",
+    "compute_advantages", "group_advantages", "k3_kl", "passk_advantages", "pack_rows", "token_logprobs",
 ]

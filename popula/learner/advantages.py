@@ -7,6 +7,15 @@ are almost all right or all wrong (questions that are too easy or too hard), so 
 `dr_grpo` option keeps only the centring. A group whose rewards are all equal carries no
 signal either way (advantage 0).
 
+The `passk` option (Chen et al. 2025, "Pass@k Training") optimises the best of k answers
+instead of each answer: every k-subset of the group is scored by its best reward, and a
+rollout's advantage is the mean, over the subsets that contain it, of that score minus the
+mean over all subsets, divided by their std. A right answer to a task the student mostly
+fails is still pushed up; a wrong answer to a task it mostly solves costs almost nothing,
+since the subsets that hold it hold a right answer too. GRPO instead pushes the last wrong answers
+of an easy task out, which sharpens the student onto one way of answering: the held-out
+pass@k that the league's students are measured by (docs/results/learning, section 25).
+
 Teachers (REINFORCE with a baseline): a teacher proposes each task once, so there is no
 group of rollouts of the same prompt. Following AZR's task-relative REINFORCE++, rewards
 are compared within (adapter, role, task type) -- the `group` a teacher rollout carries --
@@ -45,6 +54,36 @@ def group_advantages(rewards: Sequence[float], *, normalize_std: bool) -> list[f
         return centred
     std = math.sqrt(sum(c * c for c in centred) / (n - 1))
     return [c / (std + EPS) for c in centred]
+
+
+def passk_advantages(rewards: Sequence[float], k: int) -> list[float]:
+    """Each rollout's advantage under the best-of-k objective, computed exactly.
+
+    With the rewards sorted ascending (r_1 <= ... <= r_n), a random k-subset's best is r_i with
+    probability C(i-1, k-1) / C(n, k). A subset holding the rollout at sorted position p has
+    best r_p when its other k-1 members lie below p (C(p-1, k-1) of the C(n-1, k-1) such
+    subsets), else r_q for the highest chosen q > p (C(q-2, k-2) subsets each). k = 1 is the
+    plain centred reward over the population std; k is capped at the group size.
+    """
+    n = len(rewards)
+    k = min(k, n)
+    if n < 2 or max(rewards) == min(rewards):
+        return [0.0] * n
+    order = sorted(range(n), key=lambda i: rewards[i])
+    r = [float(rewards[i]) for i in order]
+    subsets = math.comb(n, k)
+    mean = sum(r[i] * math.comb(i, k - 1) for i in range(n)) / subsets
+    second = sum(r[i] ** 2 * math.comb(i, k - 1) for i in range(n)) / subsets
+    std = math.sqrt(max(second - mean * mean, 0.0))
+    if std < EPS:  # every subset holds the group's best: nothing to compare
+        return [0.0] * n
+    holding = math.comb(n - 1, k - 1)
+    out = [0.0] * n
+    for p in range(n):
+        above = sum(r[q] * math.comb(q - 1, k - 2) for q in range(p + 1, n)) if k >= 2 else 0.0
+        best_mean = (r[p] * math.comb(p, k - 1) + above) / holding
+        out[order[p]] = (best_mean - mean) / std
+    return out
 
 
 class EmaBaseline:
@@ -92,7 +131,9 @@ def compute_advantages(rollouts: Sequence[Rollout], cfg: LearnerConfig, ema: Ema
             groups[("*" if pooled and r.role == "teacher" else r.adapter, r.role, r.group)].append(i)
     for (adapter, role, group), members in groups.items():
         rewards = [float(rollouts[i].reward) for i in members]
-        if role == "student":
+        if role == "student" and cfg.advantage == "passk":
+            values = passk_advantages(rewards, cfg.pass_k)
+        elif role == "student":
             values = group_advantages(rewards, normalize_std=cfg.advantage == "grpo")
         elif cfg.teacher_baseline in ("batch", "population"):
             values = group_advantages(rewards, normalize_std=cfg.teacher_normalize_std)
