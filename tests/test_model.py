@@ -340,6 +340,9 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
     assert (built["hidden_size"], built["num_hidden_layers"], built["num_attention_heads"], built["intermediate_size"]) == (96, 2, 3, 200)
     assert summary["recipe"]["hidden_size"] == 96  # the shape is part of the recipe, so of its hash
     assert summary["heldout"]["tasks"] == 12 and 0.0 <= summary["heldout"]["greedy_pass1"] <= 1.0
+    sampled = summary["heldout"]["sampled"]  # the learning benchmark's settings: the "same quality" figure
+    assert (sampled["samples"], sampled["temperature"], sampled["max_tokens"]) == (4, 0.8, 96)
+    assert 0.0 <= sampled["pass1"] <= sampled["pass4"] <= 1.0
 
     tasks_file = tmp_path / "held.jsonl"
     done = subprocess.run([sys.executable, "-m", "popula", "tasks", "--n", "12", "--seed", "3", "--out", str(tasks_file)], capture_output=True, text=True)

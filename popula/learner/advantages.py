@@ -7,7 +7,7 @@ are almost all right or all wrong (questions that are too easy or too hard), so 
 `dr_grpo` option keeps only the centring. A group whose rewards are all equal carries no
 signal either way (advantage 0).
 
-The `passk` option (Chen et al. 2025, "Pass@k Training") optimises the best of k answers
+The `passk` option (Chen et al. 2025, "Pass@k Training", arXiv 2508.10751) optimises the best of k answers
 instead of each answer: every k-subset of the group is scored by its best reward, and a
 rollout's advantage is the mean, over the subsets that contain it, of that score minus the
 mean over all subsets, divided by their std. A right answer to a task the student mostly
