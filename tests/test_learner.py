@@ -158,6 +158,22 @@ def test_loss_is_the_mean_over_all_tokens_of_the_adapter_not_of_per_sequence_mea
     assert metrics["adapters"]["S0"]["clip_fraction"] == 0.0
 
 
+def test_entropy_is_the_sampled_tokens_mean_negative_log_prob_over_all_of_an_adapters_tokens():
+    base = tiny_llama()
+    adapter = trained_looking_adapter(base, 0)
+    learner = PopulationLearner(base, LORA, LearnerConfig(), max_adapters=2)
+    for name in ("S0", "S1"):
+        learner.add_adapter(name, adapter)
+    rollouts = random_rollouts(["S0", "S1"], 4, seed=2)
+    for r in rollouts:
+        r.advantage = 0.5
+        r.sampler_logprobs = [-0.25 * (i + 1) for i in range(len(r.completion_ids))]
+    metrics = learner.step(rollouts)
+    for name in ("S0", "S1"):
+        own = [x for r in rollouts if r.adapter == name for x in r.sampler_logprobs]
+        assert metrics["adapters"][name]["entropy"] == pytest.approx(-sum(own) / len(own), rel=1e-6)
+
+
 def _nll(learner: PopulationLearner, r: Rollout) -> list[float]:
     """-log p of each completion token under the learner's current adapter (sampled-token check)."""
     mm = learner.model

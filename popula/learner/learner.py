@@ -241,7 +241,7 @@ class PopulationLearner:
         `logprob_gap_max` (the largest of the adapters' gaps: one adapter served with the
         wrong weights shows here even when the token-weighted mean hides it),
         `clip_fraction`, `skipped`) and per adapter (`adapters[name]`: loss, logprob_gap,
-        clip_fraction, grad_norm, tokens, rows, advantage_mean, versions, kl when
+        clip_fraction, entropy (the sampled tokens' mean -log p), grad_norm, tokens, rows, advantage_mean, versions, kl when
         measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
         optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
         """
@@ -457,6 +457,7 @@ class _Stats:
         self.gap: dict[str, float] = defaultdict(float)
         self.clipped: dict[str, float] = defaultdict(float)
         self.kl: dict[str, float] = defaultdict(float)
+        self.nll: dict[str, float] = defaultdict(float)
         self.has_kl = False
         self.grad_norm: dict[str, float] = {}
 
@@ -467,6 +468,7 @@ class _Stats:
             "loss": torch.where(token_mask, tl.loss.detach() * weight, zero).sum(-1),
             "gap": torch.where(token_mask, (logp - old).abs(), zero).sum(-1),
             "clipped": (tl.clipped & token_mask).sum(-1).float(),
+            "nll": torch.where(token_mask, -old, zero).sum(-1),
         }
         if tl.kl is not None:
             self.has_kl = True
@@ -476,6 +478,7 @@ class _Stats:
             self.loss[name] += lists["loss"][j]
             self.gap[name] += lists["gap"][j]
             self.clipped[name] += lists["clipped"][j]
+            self.nll[name] += lists["nll"][j]
             if self.has_kl:
                 self.kl[name] += lists["kl"][j]
 
@@ -494,6 +497,10 @@ class _Stats:
                 "loss": _finite(self.loss[name]),
                 "logprob_gap": _finite(self.gap[name] / n),
                 "clip_fraction": self.clipped[name] / n,
+                # the sampled tokens' mean -log p: a Monte-Carlo estimate of the policy's
+                # per-token entropy at its sampling temperature; a student whose answers
+                # collapse onto one way of writing them (falling pass@k) shows it here first
+                "entropy": _finite(self.nll[name] / n),
                 "grad_norm": _finite(self.grad_norm.get(name)),
                 "tokens": n,
                 "rows": count[name],
