@@ -120,7 +120,8 @@ class LearnerConfig(_Section):
     )
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
-                            "(dr_grpo), or of the best of pass_k answers (passk: keeps a student's answers varied)"
+                            "(dr_grpo), or for the best of pass_k answers (passk; on the tiny base it learns less and "
+                            "keeps no more pass@k: docs/results/learning, section 26)"
     )
     pass_k: int = Field(4, ge=1, description="k of the passk advantage (at most the rollouts per task)")
     teacher_baseline: Literal["batch", "ema", "population"] = Field(
