@@ -59,6 +59,7 @@ SERIES = {
     "cyclomatic": "cyclomatic complexity", "loc": "lines of code", "n_vars": "distinct variables",
     "reference_depth": "AST depth of the references drawn", "invalid_ast_depth": "AST depth of rejected programs",
     "distinct_forms": "distinct program forms among valid tasks",
+    "student_entropy": "student entropy (answer tokens' mean -log p)",
 }
 WINDOW = 20  # steps averaged for the "first" and "last" figures
 

@@ -44,3 +44,12 @@ def test_the_row_reports_the_mean_depth_of_the_references_the_teachers_were_show
     shown_deep.reference_depth, shown_shallow.reference_depth = 7.0, 5.0
     assert row(shown_deep, shown_shallow, shown_none)["reference_depth"] == 6.0  # a proposal shown none is skipped
     assert row(shown_none)["reference_depth"] is None
+
+
+def test_student_entropy_is_the_mean_negative_log_prob_over_every_answer_token():
+    from popula.run.step_metrics import sampled_entropy
+
+    answers = [Sample([5, 6, 7], "", [-0.5, -1.0, -1.5], "stop"), Sample([8], "", [-3.0], "stop")]
+    assert sampled_entropy(answers) == (0.5 + 1.0 + 1.5 + 3.0) / 4  # token-weighted, not a mean of answers
+    assert sampled_entropy([]) is None
+    assert row(proposal(SHALLOW, True))["student_entropy"] is None  # a step no student answered

@@ -20,6 +20,7 @@ FIGURES: dict[str, str] = {
     "cyclomatic": "cyclomatic complexity",
     "loc": "lines of code",
     "n_vars": "distinct variables",
+    "student_entropy": "student entropy (answer tokens' mean -log p)",
 }
 
 

@@ -18,6 +18,14 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def sampled_entropy(samples: Sequence[Any]) -> float | None:
+    """The sampled tokens' mean -log p over `samples` (Sample objects): a Monte-Carlo estimate of
+    the sampling policy's per-token entropy. Students that collapse onto one way of answering,
+    the usual road to a falling pass@k, show it here before any held-out score moves."""
+    tokens = sum(len(s.logprobs) for s in samples)
+    return -sum(sum(s.logprobs) for s in samples) / tokens if tokens else None
+
+
 def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
     """How informative this step's matches were: predicted against realised outcomes.
 
@@ -51,6 +59,7 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "teacher_reward_mean": _mean([p.reward for p in game.proposals]) or 0.0,
         "student_reward_mean": _mean([a.reward for a in attempts]) or 0.0,
         "malformed_rate": _mean([float(a.answer is None) for a in attempts]),
+        "student_entropy": sampled_entropy([a.sample for a in attempts]),
         "tasks_by_type": dict(Counter(p.task_type for p in valid)),
         "ast_depth": _mean([c.ast_depth for c in complexity]),
         "cyclomatic": _mean([c.cyclomatic for c in complexity]),
