@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from popula.complexity import measure, parsed_depths
+from popula.engines.base import Sample
 from popula.league.schema import MatchRecord
 from popula.novelty import distinct_form_rate
 from popula.run.selfplay import StepGame
@@ -18,8 +19,8 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def sampled_entropy(samples: Sequence[Any]) -> float | None:
-    """The sampled tokens' mean -log p over `samples` (Sample objects): a Monte-Carlo estimate of
+def sampled_entropy(samples: Sequence[Sample]) -> float | None:
+    """The sampled tokens' mean -log p over `samples`: a Monte-Carlo estimate of
     the sampling policy's per-token entropy. Students that collapse onto one way of answering,
     the usual road to a falling pass@k, show it here before any held-out score moves."""
     tokens = sum(len(s.logprobs) for s in samples)
