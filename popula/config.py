@@ -59,13 +59,19 @@ class TasksConfig(_Section):
     )
     proposals_per_type: int = Field(2, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
-    reference_weighting: Literal["uniform", "challenge", "frontier"] = Field(
+    reference_weighting: Literal["uniform", "challenge", "frontier", "ratchet"] = Field(
         "uniform", description="how references are drawn from the buffer: uniformly, towards deep tasks "
-                               "the students found hard (challenge), or exponentially towards tasks deeper "
-                               "than the buffer's mean (frontier; popula.run.buffer)"
+                               "the students found hard (challenge), exponentially towards tasks deeper "
+                               "than the buffer's mean (frontier; popula.run.buffer), or as frontier with a "
+                               "tilt that climbs while the teachers stay valid (ratchet; popula.run.ratchet)"
     )
     frontier_tilt: float = Field(1.0, gt=0, description="frontier weighting: the weight's factor per AST "
                                                          "level above the buffer's mean depth is exp(tilt)")
+    ratchet_step: float = Field(0.02, gt=0, description="ratchet weighting: the tilt's move per step, up when "
+                                                          "the step's teacher valid rate reached ratchet_floor")
+    ratchet_floor: float = Field(0.88, gt=0, le=1, description="ratchet weighting: the valid rate below which the "
+                                                                 "references back off")
+    ratchet_ceiling: float = Field(2.0, gt=0, description="ratchet weighting: the largest tilt it reaches")
     seed_references: int = Field(0, ge=0, description="of the K references, this many drawn from the generated "
                                                       "seed tasks and shown last (popula.run.buffer); 0: none")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")

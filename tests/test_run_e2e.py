@@ -173,3 +173,18 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
     assert last < 100_000
     # the checkpoint at exit holds the last finished step, though the schedule said every 100
     assert (out / "checkpoints" / f"step-{last:06d}").exists()
+
+
+def test_a_ratchet_run_logs_its_reference_tilt_and_carries_it_across_a_resume(base, tmp_path):
+    """Each step logs the tilt its references were drawn with; the next step's is one ratchet
+    move from it, also when the next step runs after a resume from the checkpoint."""
+    out = tmp_path / "run"
+    ratchet = ["--set=tasks.reference_weighting=ratchet", "--set=tasks.ratchet_step=0.5",
+               "--set=tasks.ratchet_floor=0.01"]
+    assert main(args(base, out, 2, *ratchet)) == 0
+    assert main(args(base, out, 3, *ratchet, "--resume")) == 0
+    rows = read_metrics(out / "metrics.jsonl")
+    assert rows[0]["reference_tilt"] == 0.0
+    for before, after in zip(rows, rows[1:]):
+        move = 0.5 if before["valid_rate"] >= 0.01 else -0.5
+        assert after["reference_tilt"] == min(max(before["reference_tilt"] + move, 0.0), 2.0)

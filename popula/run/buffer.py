@@ -16,7 +16,8 @@ relative to the pool, the tilt keeps the references above whatever the teachers 
 write. How far proposals follow is the base's business: on the tiny base (which follows its
 references' depth by about 0.2 levels per level) references 1.2 levels deeper moved where the
 curriculum started, not where it ended (docs/results/learning, section 18), so the shipped
-configs keep `challenge`.
+configs keep `challenge`. `ratchet` weighting is `frontier` with a tilt that the run moves
+step by step (popula.run.ratchet): the buffer only reads `tilt` when it draws.
 
 Whatever the weighting, the buffer fills with what the teachers write, and on a small base
 that narrows to one-line programs within 20 steps (docs/results/learning, section 20): the
@@ -51,7 +52,7 @@ UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed task
 
 
 FRONTIER_CLIP = 3.0  # AST levels from the pool's mean beyond which the frontier tilt stops growing
-WEIGHTINGS = ("uniform", "challenge", "frontier")
+WEIGHTINGS = ("uniform", "challenge", "frontier", "ratchet")
 SEED_TEACHER = "seed"  # the `teacher` of the generated tasks a run's buffer starts from
 
 
@@ -127,7 +128,7 @@ class TaskBuffer:
         if self.weighting == "challenge":
             w = np.array([challenge_weight(r) for r in pool])
             p = w / w.sum()
-        elif self.weighting == "frontier":
+        elif self.weighting in ("frontier", "ratchet"):
             w = frontier_weights(pool, self.tilt)
             p = w / w.sum()
         picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=p)

@@ -34,6 +34,7 @@ from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
 from popula.run.builders import context_of
 from popula.run.checkpoint import Checkpoints
+from popula.run.ratchet import DepthRatchet
 from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
@@ -129,8 +130,11 @@ class PopulationRun:
                                   target_modules=cfg.lora.target_modules, seed=cfg.seed)
         self.checkpoints = Checkpoints(run_dir / "checkpoints")
         self.metrics = MetricsLog(run_dir)
-        self.buffer = TaskBuffer(run_dir / "tasks.jsonl", cfg.tasks.buffer_size, cfg.tasks.reference_weighting,
-                                 cfg.tasks.frontier_tilt)
+        t = cfg.tasks
+        self.ratchet = (DepthRatchet(t.ratchet_step, t.ratchet_floor, t.ratchet_ceiling)
+                        if t.reference_weighting == "ratchet" else None)
+        self.buffer = TaskBuffer(run_dir / "tasks.jsonl", t.buffer_size, t.reference_weighting,
+                                 self.ratchet.tilt if self.ratchet else t.frontier_tilt)
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.workers = build_workers(cfg, self.base_path, self.reservation)
@@ -180,6 +184,8 @@ class PopulationRun:
                 "step": self.step,
                 "roster": self.roster.adapter_of,
             }
+            if self.ratchet is not None:
+                state["reference_tilt"] = self.ratchet.tilt
             (d / "state.json").write_text(json.dumps(state, indent=1))
             (d / "rng.pkl").write_bytes(pickle.dumps({
                 "numpy": self.rng.bit_generator.state,
@@ -194,6 +200,8 @@ class PopulationRun:
         state = json.loads((path / "state.json").read_text())
         step = int(state["step"])
         self.roster = Roster(state["roster"])
+        if self.ratchet is not None:
+            self.ratchet.tilt = self.buffer.tilt = float(state.get("reference_tilt", 0.0))
         self.league = League.load(path / "league.json")
         self.league.save(self.run_dir / "league.json")
         try:
@@ -260,8 +268,12 @@ class PopulationRun:
         heldout = self._probe_heldout(step)
         if heldout is not None:
             phases["heldout_s"] = time.perf_counter() - t0
-        return step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start, phases=phases,
-                        matches=records, retention=retention, heldout=heldout)
+        row = step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start, phases=phases,
+                       matches=records, retention=retention, heldout=heldout)
+        if self.ratchet is not None:
+            row["reference_tilt"] = self.buffer.tilt  # the tilt this step's references were drawn with
+            self.buffer.tilt = self.ratchet.update(row["valid_rate"])
+        return row
 
     def _probe_heldout(self, step: int) -> dict[str, Any] | None:
         """The live students (after this step's update and evolution) on the held-out set, when due."""

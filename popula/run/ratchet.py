@@ -1,0 +1,31 @@
+"""The depth ratchet: references that get deeper while the teachers can still write valid tasks.
+
+With the teachers held near the base (the teacher KL), what they write follows their
+references' depth (the tiny base by about 0.2 levels per level), and a weighting that keeps
+the references at a fixed offset from the buffer's mean (`frontier`) holds the curriculum at
+a fixed depth: once the deep seed tasks have turned over, nothing makes it climb
+(docs/results/learning, sections 28-29). The ratchet makes that offset a controlled quantity,
+in the manner of automatic domain randomisation: the frontier tilt starts at 0 (references
+drawn by hardness alone) and after each step moves up by `step` if the step's teacher valid
+rate reached `floor`, down by `step` if not, within [0, ceiling]. The references therefore
+deepen for as long as the teachers keep up, and back off when depth starts to cost validity,
+the price a deep program pays on a small base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DepthRatchet:
+    step: float
+    floor: float
+    ceiling: float
+    tilt: float = 0.0
+
+    def update(self, valid_rate: float) -> float:
+        """Move the tilt one step up (valid rate >= floor) or down, and return it."""
+        move = self.step if valid_rate >= self.floor else -self.step
+        self.tilt = min(max(self.tilt + move, 0.0), self.ceiling)
+        return self.tilt
