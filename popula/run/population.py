@@ -34,9 +34,9 @@ from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
 from popula.run.builders import context_of
 from popula.run.checkpoint import Checkpoints
-from popula.run.ratchet import DepthRatchet
 from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
+from popula.run.ratchet import DepthRatchet
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
