@@ -69,8 +69,8 @@ class TasksConfig(_Section):
                                                          "level above the buffer's mean depth is exp(tilt)")
     ratchet_step: float = Field(0.02, gt=0, description="ratchet weighting: the tilt's move per step, up when "
                                                           "the step's teacher valid rate reached ratchet_floor")
-    ratchet_floor: float = Field(0.88, gt=0, le=1, description="ratchet weighting: the valid rate below which the "
-                                                                 "references back off")
+    ratchet_floor: float = Field(0.88, ge=0, le=1, description="ratchet weighting: the valid rate below which the "
+                                                                 "references back off; 0: they climb every step")
     ratchet_ceiling: float = Field(2.0, gt=0, description="ratchet weighting: the largest tilt it reaches")
     seed_references: int = Field(0, ge=0, description="of the K references, this many drawn from the generated "
                                                       "seed tasks and shown last (popula.run.buffer); 0: none")

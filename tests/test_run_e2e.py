@@ -176,15 +176,11 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
 
 
 def test_a_ratchet_run_logs_its_reference_tilt_and_carries_it_across_a_resume(base, tmp_path):
-    """Each step logs the tilt its references were drawn with; the next step's is one ratchet
-    move from it, also when the next step runs after a resume from the checkpoint."""
+    """Each step logs the tilt its references were drawn with, and the resumed step continues
+    from the checkpoint's tilt, not from 0 (floor 0: the tilt climbs every step, valid or not)."""
     out = tmp_path / "run"
     ratchet = ["--set=tasks.reference_weighting=ratchet", "--set=tasks.ratchet_step=0.5",
-               "--set=tasks.ratchet_floor=0.01"]
+               "--set=tasks.ratchet_floor=0"]
     assert main(args(base, out, 2, *ratchet)) == 0
     assert main(args(base, out, 3, *ratchet, "--resume")) == 0
-    rows = read_metrics(out / "metrics.jsonl")
-    assert rows[0]["reference_tilt"] == 0.0
-    for before, after in zip(rows, rows[1:]):
-        move = 0.5 if before["valid_rate"] >= 0.01 else -0.5
-        assert after["reference_tilt"] == min(max(before["reference_tilt"] + move, 0.0), 2.0)
+    assert [r["reference_tilt"] for r in read_metrics(out / "metrics.jsonl")] == [0.0, 0.5, 1.0]
