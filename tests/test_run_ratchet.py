@@ -7,19 +7,26 @@ from popula.run.buffer import TaskBuffer
 from popula.run.ratchet import DepthRatchet
 
 
+def tilts(ratchet: DepthRatchet, tilt: float, valid_rates) -> list[float]:
+    """The tilts a run steps through from `tilt`, one valid rate per step."""
+    out = []
+    for valid_rate in valid_rates:
+        tilt = ratchet.next_tilt(tilt, valid_rate)
+        out.append(tilt)
+    return out
+
+
 def test_the_tilt_climbs_one_step_per_step_the_teachers_reach_the_floor():
-    ratchet = DepthRatchet(step=0.25, floor=0.9, ceiling=10.0)
-    assert [ratchet.update(v) for v in (0.9, 0.95, 1.0)] == [0.25, 0.5, 0.75]
+    assert tilts(DepthRatchet(step=0.25, floor=0.9, ceiling=10.0), 0.0, (0.9, 0.95, 1.0)) == [0.25, 0.5, 0.75]
 
 
 def test_the_tilt_backs_off_when_validity_falls_below_the_floor_and_never_below_zero():
-    ratchet = DepthRatchet(step=0.25, floor=0.9, ceiling=10.0, tilt=0.5)
-    assert [ratchet.update(v) for v in (0.89, 0.5, 0.0, 0.0)] == [0.25, 0.0, 0.0, 0.0]
+    ratchet = DepthRatchet(step=0.25, floor=0.9, ceiling=10.0)
+    assert tilts(ratchet, 0.5, (0.89, 0.5, 0.0, 0.0)) == [0.25, 0.0, 0.0, 0.0]
 
 
 def test_the_tilt_stops_at_the_ceiling():
-    ratchet = DepthRatchet(step=0.5, floor=0.5, ceiling=1.2)
-    assert [ratchet.update(1.0) for _ in range(4)] == [0.5, 1.0, 1.2, 1.2]
+    assert tilts(DepthRatchet(step=0.5, floor=0.5, ceiling=1.2), 0.0, (1.0,) * 4) == [0.5, 1.0, 1.2, 1.2]
 
 
 def test_ratchet_references_are_drawn_by_hardness_alone_at_tilt_zero_and_deeper_as_it_climbs(tmp_path):

@@ -134,7 +134,7 @@ class PopulationRun:
         self.ratchet = (DepthRatchet(t.ratchet_step, t.ratchet_floor, t.ratchet_ceiling)
                         if t.reference_weighting == "ratchet" else None)
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", t.buffer_size, t.reference_weighting,
-                                 self.ratchet.tilt if self.ratchet else t.frontier_tilt)
+                                 0.0 if self.ratchet else t.frontier_tilt)  # a ratchet's tilt starts at 0
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.workers = build_workers(cfg, self.base_path, self.reservation)
@@ -185,7 +185,7 @@ class PopulationRun:
                 "roster": self.roster.adapter_of,
             }
             if self.ratchet is not None:
-                state["reference_tilt"] = self.ratchet.tilt
+                state["reference_tilt"] = self.buffer.tilt
             (d / "state.json").write_text(json.dumps(state, indent=1))
             (d / "rng.pkl").write_bytes(pickle.dumps({
                 "numpy": self.rng.bit_generator.state,
@@ -201,7 +201,7 @@ class PopulationRun:
         step = int(state["step"])
         self.roster = Roster(state["roster"])
         if self.ratchet is not None:
-            self.ratchet.tilt = self.buffer.tilt = float(state.get("reference_tilt", 0.0))
+            self.buffer.tilt = float(state["reference_tilt"])
         self.league = League.load(path / "league.json")
         self.league.save(self.run_dir / "league.json")
         try:
@@ -272,7 +272,7 @@ class PopulationRun:
                        matches=records, retention=retention, heldout=heldout)
         if self.ratchet is not None:
             row["reference_tilt"] = self.buffer.tilt  # the tilt this step's references were drawn with
-            self.buffer.tilt = self.ratchet.update(row["valid_rate"])
+            self.buffer.tilt = self.ratchet.next_tilt(self.buffer.tilt, row["valid_rate"])
         return row
 
     def _probe_heldout(self, step: int) -> dict[str, Any] | None:

@@ -17,15 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True)
 class DepthRatchet:
+    """The controller's settings; the tilt itself is the buffer's (`TaskBuffer.tilt`), one copy."""
+
     step: float
     floor: float
     ceiling: float
-    tilt: float = 0.0
 
-    def update(self, valid_rate: float) -> float:
-        """Move the tilt one step up (valid rate >= floor) or down, and return it."""
+    def next_tilt(self, tilt: float, valid_rate: float) -> float:
+        """The tilt one step up (valid rate >= floor) or down from `tilt`, within [0, ceiling]."""
         move = self.step if valid_rate >= self.floor else -self.step
-        self.tilt = min(max(self.tilt + move, 0.0), self.ceiling)
-        return self.tilt
+        return min(max(tilt + move, 0.0), self.ceiling)
