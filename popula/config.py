@@ -72,6 +72,10 @@ class TasksConfig(_Section):
     ratchet_floor: float = Field(0.88, ge=0, le=1, description="ratchet weighting: the valid rate below which the "
                                                                  "references back off; 0: they climb every step")
     ratchet_ceiling: float = Field(2.0, gt=0, description="ratchet weighting: the largest tilt it reaches")
+    ratchet_from: Literal["hardness", "challenge"] = Field(
+        "hardness", description="ratchet weighting: what its tilt multiplies, the students' difficulty alone "
+                                "(frontier's weight) or challenge's weight, so that at tilt 0 it draws as "
+                                "challenge does and the climb starts from there")
     seed_references: int = Field(0, ge=0, description="of the K references, this many drawn from the generated "
                                                       "seed tasks and shown last (popula.run.buffer); 0: none")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")

@@ -45,3 +45,23 @@ def test_ratchet_references_are_drawn_by_hardness_alone_at_tilt_zero_and_deeper_
         share[tilt] = [buf.sample("code_o", 1, rng)[0].id for _ in range(1000)].count("deep") / 1000
     assert 0.05 < share[0.0] < 0.13
     assert 0.33 < share[1.0] < 0.53
+
+
+def test_a_ratchet_from_challenge_draws_as_challenge_at_tilt_zero_and_deeper_as_it_climbs(tmp_path):
+    """`tasks.ratchet_from: challenge`: at tilt 0 the same draws as `challenge` weighting (same
+    seed, same picks), so a run starts where the default curriculum starts; a climbing tilt then
+    raises the deep task's share above challenge's."""
+    deep = TaskRecord(id="deep", type="code_o", inputs=["1"], outputs=["2"],
+                      program="def f(x):\n    for i in range(2):\n        if x > i:\n            x = x + 1\n    return x\n")
+    shallow = [TaskRecord(id=f"t{i}", type="code_o", program=f"def f(x):\n    return x + {i}\n", inputs=["1"],
+                          outputs=[str(1 + i)]) for i in range(10)]
+
+    def draws(weighting: str, tilt: float, **kw) -> list[str]:
+        buf = TaskBuffer(tmp_path / f"{weighting}-{tilt}.jsonl", capacity=20, weighting=weighting, tilt=tilt, **kw)
+        buf.add([*shallow, deep], step=1, teacher="T0", rhos=[0.5] * 11)
+        rng = np.random.default_rng(0)
+        return [r.id for _ in range(1000) for r in buf.sample("code_o", 2, rng)]
+
+    challenge = draws("challenge", 1.0)
+    assert draws("ratchet", 0.0, tilt_from="challenge") == challenge
+    assert draws("ratchet", 1.0, tilt_from="challenge").count("deep") > 1.5 * challenge.count("deep")

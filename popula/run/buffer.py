@@ -38,7 +38,7 @@ import json
 import os
 from collections import deque
 from itertools import islice
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -75,21 +75,29 @@ def challenge_weight(record: TaskRecord) -> float:
     return (1.0 + task_depth(record)) * _hardness(record)
 
 
-def frontier_weights(records: Sequence[TaskRecord], tilt: float) -> np.ndarray:
-    """Difficulty x exp(tilt x (depth - mean depth of `records`)), the difference clipped."""
+TILT_BASES = {"hardness": _hardness, "challenge": challenge_weight}  # what a frontier or ratchet tilt multiplies
+
+
+def frontier_weights(records: Sequence[TaskRecord], tilt: float,
+                     base: Callable[[TaskRecord], float] = _hardness) -> np.ndarray:
+    """base(task) x exp(tilt x (depth - mean depth of `records`)), the difference clipped; base: difficulty."""
     depths = np.array([task_depth(r) for r in records], dtype=float)
     above = np.clip(depths - depths.mean(), -FRONTIER_CLIP, FRONTIER_CLIP)
-    return np.array([_hardness(r) for r in records]) * np.exp(tilt * above)
+    return np.array([base(r) for r in records]) * np.exp(tilt * above)
 
 
 class TaskBuffer:
-    def __init__(self, path: Path, capacity: int, weighting: str = "uniform", tilt: float = 1.0) -> None:
+    def __init__(self, path: Path, capacity: int, weighting: str = "uniform", tilt: float = 1.0,
+                 tilt_from: str = "hardness") -> None:
         if weighting not in WEIGHTINGS:
             raise PopulaError(f"reference weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+        if tilt_from not in TILT_BASES:
+            raise PopulaError(f"a tilt applies to one of {', '.join(TILT_BASES)}, got {tilt_from!r}")
         self.path = path
         self.capacity = capacity
         self.weighting = weighting
         self.tilt = tilt
+        self._tilt_base = TILT_BASES[tilt_from]
         self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in TASK_TYPES}
         self._seeds: dict[str, list[TaskRecord]] = {t: [] for t in TASK_TYPES}  # teacher "seed": the generated ones
 
@@ -129,7 +137,7 @@ class TaskBuffer:
             w = np.array([challenge_weight(r) for r in pool])
             p = w / w.sum()
         elif self.weighting in ("frontier", "ratchet"):
-            w = frontier_weights(pool, self.tilt)
+            w = frontier_weights(pool, self.tilt, self._tilt_base)
             p = w / w.sum()
         picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=p)
         return [pool[i] for i in picks]

@@ -134,7 +134,8 @@ class PopulationRun:
         self.ratchet = (DepthRatchet(t.ratchet_step, t.ratchet_floor, t.ratchet_ceiling)
                         if t.reference_weighting == "ratchet" else None)
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", t.buffer_size, t.reference_weighting,
-                                 0.0 if self.ratchet else t.frontier_tilt)  # a ratchet's tilt starts at 0
+                                 0.0 if self.ratchet else t.frontier_tilt,  # a ratchet's tilt starts at 0
+                                 t.ratchet_from if self.ratchet else "hardness")
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.workers = build_workers(cfg, self.base_path, self.reservation)
