@@ -6,8 +6,9 @@ the references at a fixed offset from the buffer's mean (`frontier`) holds the c
 a fixed depth: once the deep seed tasks have turned over, nothing makes it climb
 (docs/results/learning, sections 28-29). The ratchet makes that offset a controlled quantity,
 in the manner of automatic domain randomisation: the frontier tilt starts at 0 (references
-drawn by hardness alone) and after each step moves up by `step` if the step's teacher valid
-rate reached `floor`, down by `step` if not, within [0, ceiling]. The references therefore
+drawn by hardness alone, or as `challenge` draws them with `tasks.ratchet_from: challenge`)
+and after each step moves up by `step` if the step's teacher valid rate reached `floor`, down
+by `step` if not, within [0, ceiling]. The references therefore
 deepen for as long as the teachers keep up, and back off when depth starts to cost validity,
 the price a deep program pays on a small base.
 """
