@@ -15,11 +15,12 @@ exp(tilt x (its depth - the pool's mean depth)), the difference clipped to
 relative to the pool, the tilt keeps the references above whatever the teachers currently
 write. How far proposals follow is the base's business: on the tiny base (which follows its
 references' depth by about 0.2 levels per level) references 1.2 levels deeper moved where the
-curriculum started, not where it ended (docs/results/learning, section 18), so the shipped
-configs keep `challenge`. `ratchet` weighting is `frontier` with a tilt that the run moves
+curriculum started, not where it ended (docs/results/learning, section 18), so `frontier`
+stayed an option. `ratchet` weighting is `frontier` with a tilt that the run moves
 step by step (popula.run.ratchet): the buffer only reads `tilt` when it draws. The tilt
 multiplies the students' difficulty alone, as frontier's does, or challenge's weight
-(`tilt_from="challenge"`), so that a ratchet at tilt 0 draws exactly as `challenge` does.
+(`tilt_from="challenge"`), so that a ratchet at tilt 0 draws exactly as `challenge` does:
+the shipped configs' references since section 32, where the population's curriculum climbs.
 
 Whatever the weighting, the buffer fills with what the teachers write, and on a small base
 that narrows to one-line programs within 20 steps (docs/results/learning, section 20): the
