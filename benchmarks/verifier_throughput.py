@@ -156,6 +156,7 @@ def main() -> None:
             results, wall, cpu, main_cpu = timed_verify(sandbox, tasks)
             rows.append((wall, cpu, main_cpu))
         judge_tasks = answered(tasks, results, seed=1)
+        sandbox.verify(judge_tasks[:50])  # starts the student workers, as a trainer's first step does
         judge_rows = [timed_verify(sandbox, judge_tasks)[1:3] for _ in range(args.repeats)]
     valid = sum(r.valid for r in results)
     by_type = {t: sum(1 for x in tasks if x.type == t) for t in ("code_o", "code_i", "code_f")}

@@ -7,8 +7,10 @@ teacher), so the rest of the code can trust their shape.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import re
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ Reason = Literal[
     "nondeterministic",
     "unrepresentable",
     "output_too_large",
+    "not_a_value",  # an answer only: a code_o/code_i answer that is not literal values (never run)
     "too_long",  # valid to the sandbox, but its student prompt and answer exceed the model's context
 ]
 REASONS: tuple[str, ...] = get_args(Reason)
@@ -71,7 +74,7 @@ class VerifyResult:
 
     Extension of the line of docs/design.md § Task records: `answer_reason` is None when the answer produced a
     value that was compared (right or wrong), and otherwise says why it could not
-    (one of REASONS: "syntax" or "forbidden" for a malformed answer, "timeout",
+    (one of REASONS: "not_a_value", "syntax" or "forbidden" for a malformed answer, "timeout",
     "runtime_error", ... for one that failed to run); `answer_detail` explains it.
     Rewards use it to tell a malformed answer from a wrong one.
     """
@@ -214,8 +217,35 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_line(row: dict[str, Any], encoding: str = "utf-8") -> str:
+    """One row as a line of JSON (no newline) that `encoding` can always write.
+
+    Text is kept as it is (ensure_ascii=False), except what the encoding cannot hold: a lone
+    surrogate ('\\ud800', which a program, an input, an answer or an error message may
+    carry) becomes the JSON escape \\ud800, which reads back as the same string; for an
+    encoding other than UTF-8, a row it cannot hold is written with every non-ASCII
+    character escaped. (A high surrogate followed by a low one reads back as the one
+    character they encode, as JSON has it.)"""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        text.encode(encoding)
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        utf8 = codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        utf8 = False
+    if utf8:  # only surrogates fail; outside strings JSON text is ASCII
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return json.dumps(row)
+
+
 def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as JSONL, atomically: a crash never leaves half a file behind.
+    """Write rows as JSONL (json_line), atomically: a crash never leaves half a file behind.
 
     The rows go to a new temporary file beside `path` (created with O_EXCL, so never an
     existing file), which is renamed over `path`, or removed if anything fails.
@@ -226,7 +256,7 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.write(json_line(row) + "\n")
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -76,7 +76,8 @@ HOSTILE = [
     ("nondeterministic_function_repr", "def f(x):\n    return str(lambda: 0)", "0", {"nondeterministic"}),
     ("object_output", "class Box:\n    pass\ndef f(x):\n    return Box()", "0", {"unrepresentable"}),
     ("generator_output", "def f(x):\n    return (i for i in range(3))", "0", {"unrepresentable"}),
-    ("hostile_repr", "class Evil(list):\n    def __repr__(self):\n        while True:\n            pass\ndef f(x):\n    return Evil()", "0", {"timeout"}),
+    # an output is checked to be built of values before any repr runs: Evil's never does
+    ("hostile_repr", "class Evil(list):\n    def __repr__(self):\n        while True:\n            pass\ndef f(x):\n    return Evil()", "0", {"unrepresentable"}),
     ("hostile_input", "def f(x):\n    return x", "__import__('os').system('touch /tmp/popula-sandbox-canary')", {"forbidden"}),
     ("input_escapes_parenthesis", "def f(x):\n    return x", "1), print(2", {"syntax", "runtime_error"}),
 ]
@@ -127,12 +128,14 @@ def test_no_sandboxed_process_outlives_its_task(sandbox, hostile_results):
 
 
 HOSTILE_ANSWERS = [
-    ("code_o", "def f(x):\n    return x", ["3"], "__import__('os').getcwd()", "forbidden"),
-    # loops for ever without allocating: an infinite *list* races the memory limit against the clock
-    ("code_o", "def f(x):\n    return x", ["3"], "next(i for i in iter(int, 1) if i)", "timeout"),
-    ("code_o", "def f(x):\n    return x", ["3"], "f(3)", "runtime_error"),  # the answer cannot call the task
-    ("code_i", "def f(x):\n    return x", ["3"], "open('/etc/passwd').read()", "forbidden"),
-    ("code_i", "def f(x):\n    return x * 2", ["3"], "10 ** 10 ** 10", "timeout"),
+    # code_o and code_i answers are data: anything else is refused unrun
+    ("code_o", "def f(x):\n    return x", ["3"], "__import__('os').getcwd()", "not_a_value"),
+    ("code_o", "def f(x):\n    return x", ["3"], "next(i for i in iter(int, 1) if i)", "not_a_value"),
+    ("code_o", "def f(x):\n    return x", ["3"], "f(3)", "not_a_value"),
+    ("code_i", "def f(x):\n    return x", ["3"], "open('/etc/passwd').read()", "not_a_value"),
+    ("code_i", "def f(x):\n    return x * 2", ["3"], "10 ** 10 ** 10", "not_a_value"),
+    # a value on which the task's own program loops for ever
+    ("code_i", "def f(n):\n    while n > 3:\n        pass\n    return n", ["3"], "4", "timeout"),
     ("code_f", "def f(x):\n    return x", [str(i) for i in range(4)], "import os\ndef f(x):\n    return os.getpid()", "forbidden"),
     ("code_f", "def f(x):\n    return x", [str(i) for i in range(4)], "def f(x):\n    return [0] * 10 ** 10", "memory"),
     ("code_f", "def f(x):\n    return x", [str(i) for i in range(4)], "def f(x)\n    return x", "syntax"),

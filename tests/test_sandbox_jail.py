@@ -3,7 +3,9 @@
 These tests run arbitrary (trusted test) code inside a child jailed exactly as a worker
 jails its children (zygote._jail, seccomp filter included, after zygote._isolate_network), standing in for a task
 that found an escape from the policy: it still cannot fork, write a file, reach the
-network, signal other processes, exceed its memory or burn CPU unbounded.
+network, signal other processes, exceed its memory or burn CPU unbounded, nor slip out of
+the reach of the supervisor that kills it (a process group or session of its choosing, no
+parent-death signal, SIGIO aimed at whoever comes next).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import popula.sandbox
 ZYGOTE = Path(popula.sandbox.__file__).with_name("zygote.py")
 
 SCRIPT = r"""
-import ctypes, fcntl, importlib.util, json, os, resource, signal, socket, sys, tempfile, time
+import ctypes, fcntl, importlib.util, json, os, resource, signal, socket, struct, sys, tempfile, time
 spec = importlib.util.spec_from_file_location("zygote_under_test", sys.argv[1])
 z = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(z)
@@ -87,6 +89,16 @@ def attacks():
     def sysv_shm():
         if libc.shmget(0, 4096, 0o1666) == -1:  # IPC_PRIVATE: would outlive the job
             raise PermissionError(ctypes.get_errno())
+    def libc_call(name, *args):
+        if getattr(libc, name)(*args) == -1:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    def on_own_pipe(cmd, arg):
+        rd, wr = os.pipe()
+        try:
+            fcntl.fcntl(rd, cmd, arg)
+        finally:
+            os.close(rd)
+            os.close(wr)
     attempt("fork", fork)
     attempt("write_file", lambda: open(target, "w").write("pwned") and open(target).close())
     attempt("connect", lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
@@ -99,6 +111,23 @@ def attacks():
     attempt("become_root", lambda: os.setresuid(0, 0, 0))
     attempt("sysv_shm", sysv_shm)
     attempt("allocate_512MB", lambda: bytearray(512 << 20))
+    # out of the supervisor's reach: its kill would miss the job, and the job would outlive
+    # its batch parent (and `popula verify`)
+    attempt("join_parent_group", lambda: os.setpgid(0, os.getpgid(os.getppid())))
+    attempt("new_session", os.setsid)
+    attempt("clear_parent_death_signal", lambda: libc_call("prctl", 1, 0, 0, 0, 0))  # PR_SET_PDEATHSIG
+    attempt("prctl_other", lambda: libc_call("prctl", 15, b"renamed", 0, 0, 0))  # PR_SET_NAME
+    # SIGIO (or any F_SETSIG signal) aimed by fd ownership, even on its own pipe
+    attempt("own_pipe_setown", lambda: on_own_pipe(fcntl.F_SETOWN, os.getpid()))
+    attempt("own_pipe_setown_ex", lambda: on_own_pipe(15, struct.pack("ii", 1, os.getpid())))  # F_SETOWN_EX, F_OWNER_PID
+    attempt("own_pipe_setsig", lambda: on_own_pipe(10, signal.SIGUSR1))  # F_SETSIG
+    attempt("own_pipe_notify", lambda: on_own_pipe(1026, 0))  # F_NOTIFY
+    attempt("prlimit_other_pid", lambda: resource.prlimit(os.getpid() + 1, resource.RLIMIT_CPU))
+    attempt("renice_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, 19))
+    attempt("affinity_self", lambda: os.sched_setaffinity(0, {0}))
+    # what the interpreter itself needs stays allowed: fcntl's other commands, own limits
+    attempt("own_pipe_setfl", lambda: on_own_pipe(fcntl.F_SETFL, os.O_NONBLOCK))
+    attempt("own_limits", lambda: resource.getrlimit(resource.RLIMIT_CPU))
     return out
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -110,6 +139,7 @@ def burn():
 data, status, _, parent_alive = jailed(attacks)
 _, burn_status, burn_s, _ = jailed(burn)
 print(json.dumps({"attacks": json.loads(data), "warnings": warnings, "root": cfg["chroot"], "parent_alive": parent_alive,
+                  "seccomp": cfg["seccomp"] is not None,
                   "burn_signal": os.WTERMSIG(burn_status) if os.WIFSIGNALED(burn_status) else None,
                   "burn_s": burn_s}))
 """
@@ -179,6 +209,30 @@ def test_a_job_cannot_kill_its_batch_parent_through_sigio(report):
     if not report["root"]:
         pytest.skip("without root, children keep the caller's uid")
     assert report["parent_alive"], report["attacks"]
+
+
+REACH = ["join_parent_group", "new_session", "clear_parent_death_signal", "prctl_other", "own_pipe_setown",
+         "own_pipe_setown_ex", "own_pipe_setsig", "own_pipe_notify", "prlimit_other_pid", "renice_self", "affinity_self"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", REACH)
+def test_a_job_cannot_leave_the_reach_of_its_supervisor(report, attack):
+    # the supervisor kills a job by pid and by process group, and the job dies with its
+    # batch parent (PR_SET_PDEATHSIG): the job's seccomp filter denies it a group or
+    # session of its own choosing, every prctl (the parent-death signal among them), fd
+    # signal ownership (F_SETOWN, F_SETOWN_EX, F_SETSIG, dnotify; SIGIO could hit whoever
+    # gets a pid or uid it names next), and another process's limits or scheduling
+    if not report["seccomp"]:
+        pytest.skip("no seccomp table for this architecture")
+    assert report["attacks"][attack] == "PermissionError", report["attacks"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", ["own_pipe_setfl", "own_limits"])
+def test_the_job_filter_still_allows_what_the_interpreter_needs(report, call):
+    # fcntl is denied by command, prlimit64 by pid: not wholesale
+    assert report["attacks"][call] == "succeeded", report["attacks"]
 
 
 @pytest.mark.slow

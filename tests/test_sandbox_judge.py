@@ -44,8 +44,6 @@ def test_progress_counts_every_record_once(sandbox):
         ("(2, 1)", True),
         ("(2,1)", True),
         ("[2, 1]", False),  # a list is not the tuple the program returns
-        ("tuple([2, 1])", True),  # an expression, evaluated in the sandbox
-        ("(1 + 1, 1)", True),
         ("(2, 1.0)", True),  # 1.0 == 1
         ("(2, 1", False),  # malformed
     ],
@@ -55,15 +53,38 @@ def test_code_o_answers_are_compared_by_value(sandbox, answer, correct):
     assert result.valid and result.correct is correct
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "tuple([2, 1])",  # right value, but an expression
+        "(1 + 1, 1)",
+        "f(1, 2)",  # the task's own function
+        "(lambda: (2, 1))()",
+        "1 +",
+    ],
+)
+def test_a_code_o_answer_must_be_a_value_and_is_never_run(sandbox, answer):
+    [result] = sandbox.verify([_o("def f(a, b):\n    return (b, a)", "1, 2", answer=answer)])
+    assert result.valid and result.correct is False and result.answer_reason == "not_a_value"
+    assert "answers are data" in result.answer_detail
+
+
 def test_code_o_dict_order_and_nan(sandbox):
     program = "def f(x):\n    return {'b': float('nan'), 'a': x}"
     [result] = sandbox.verify([_o(program, "1", answer="{'a': 1, 'b': float('nan')}")])
     assert result.correct is True
 
 
+@pytest.mark.parametrize("output,answer", [("{nan}", "{nan}"), ("{nan: 1}", "{nan: 1}"), ("frozenset({nan, 2})", "frozenset({2, nan})")])
+def test_nan_in_sets_and_dict_keys_equals_nan(sandbox, output, answer):
+    program = f"def f(x):\n    nan = float('nan')\n    return {output}"
+    [result] = sandbox.verify([_o(program, "1", answer=answer)])
+    assert result.valid and result.correct is True
+
+
 def test_a_malformed_answer_says_why(sandbox):
     [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="1 +")])
-    assert result.valid and result.correct is False and result.answer_reason == "syntax"
+    assert result.valid and result.correct is False and result.answer_reason == "not_a_value"
     [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="1")])
     assert result.correct is True and result.answer_reason is None
 
@@ -71,9 +92,50 @@ def test_a_malformed_answer_says_why(sandbox):
 def test_code_i_accepts_any_input_that_works(sandbox):
     program = "def f(xs):\n    return sorted(xs)[-1]"
     records = [
-        TaskRecord(id="i", type="code_i", program=program, inputs=["[1, 9, 3]"], answer=a) for a in ("[9]", "[9, 1]", "[8]", "[1, 9, 3]", "9")
+        TaskRecord(id="i", type="code_i", program=program, inputs=["[1, 9, 3]"], answer=a) for a in ("[9]", "[9, 1]", "[8]", "[1, 9, 3]", "9", "xs=[9]")
     ]
-    assert [r.correct for r in sandbox.verify(records)] == [True, True, False, True, False]
+    assert [r.correct for r in sandbox.verify(records)] == [True, True, False, True, False, True]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "next(k for k in range(10007) if f(k) == 7)",  # searches with the task's own f
+        "*[k for k in range(100) if f(k) == 7]",
+        "type('X', (), {'__eq__': lambda s, o: True})()",  # an object that equals anything
+        "globals().update(f=lambda x: 7) or 0",  # rewrites the task's globals
+        "list(range(3))",
+        "1), (2",  # smuggles a second argument list
+        "**{'x': 3}",
+    ],
+)
+def test_a_code_i_answer_must_be_literal_arguments_and_is_never_run(sandbox, answer):
+    record = TaskRecord(id="i", type="code_i", program="def f(x):\n    return x * 7 % 10007", inputs=["1"], answer=answer)
+    [result] = sandbox.verify([record])
+    assert result.valid and result.correct is False and result.answer_reason == "not_a_value"
+
+
+@pytest.fixture(scope="module")
+def strict():
+    """More determinism runs than the default's 10, so that a coin flip that passes them
+    all (probability 2**-15 per record here) does not make these tests flaky."""
+    with Sandbox(workers=2, limits=Limits(wall_s=1.0), determinism_runs=16) as sb:
+        yield sb
+
+
+def test_judging_a_code_i_answer_gives_the_same_verdict_every_time(strict):
+    # right for one string hash seed in two: a coin flip on the student's input only
+    program = "def f(x):\n    if x == 'coin':\n        return list({'a', 'b'})[0]\n    return 'a'"
+    record = TaskRecord(id="i", type="code_i", program=program, inputs=["'x'"], outputs=["'a'"], answer="'coin'")
+    results = strict.verify([record] * 4)
+    assert {(r.correct, r.answer_reason) for r in results} == {(False, "nondeterministic")}
+
+
+def test_judging_a_code_i_answer_that_reads_hash_bits_gives_the_same_verdict_every_time(strict):
+    program = "def f(x):\n    if x == 1:\n        h = hash('k')\n        return (h ^ (h >> 1)) & 1\n    return 0"
+    record = TaskRecord(id="i", type="code_i", program=program, inputs=["0"], outputs=["0"], answer="1")
+    results = strict.verify([record] * 4)
+    assert {(r.correct, r.answer_reason) for r in results} == {(False, "nondeterministic")}
 
 
 def test_code_f_is_judged_on_the_hidden_half(sandbox):

@@ -6,7 +6,7 @@ from types import CodeType
 
 import pytest
 
-from popula.sandbox.policy import Rejection, compile_argument_lists, compile_expression, compile_program
+from popula.sandbox.policy import Rejection, compile_argument_lists, compile_program
 
 CAP = 20_000
 
@@ -79,19 +79,72 @@ def test_syntax_errors_in_inputs_name_the_input():
     assert "inputs[1]" in rejected.detail
 
 
-def test_expressions_obey_the_policy():
-    assert isinstance(compile_expression("sorted([3, 1])", CAP), CodeType)
-    rejected = compile_expression("eval('1')", CAP)
-    assert isinstance(rejected, Rejection) and rejected.reason == "forbidden"
-
-
 def test_generated_code_compiles_without_raising_syntax_warnings():
     """CPython warns about `1[0]` and `0x1for`; in a run such warnings came by the dozen on the console."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert isinstance(compile_expression("[1[0] for _ in ()]", CAP), CodeType)
+        assert isinstance(compile_program("def f(x):\n    return [1[0] for _ in ()]", CAP), CodeType)
         assert isinstance(compile_program("def f(x):\n    return [0x1for x in x]", CAP), CodeType)
         assert isinstance(compile_argument_lists(["1[0] if False else 2"], CAP), list)
     assert [str(w.message) for w in caught] == []
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "def f(f_str, name, num):\n    return f_str.format(name, num)",
+        "def f(t, d):\n    return t.format_map(d)",
+        "def f(x):\n    return str.format('{0[1]}', x)",
+        "def f(x):\n    return '{0.real} {p.imag}'.format(x, p=x)",
+        "class S(str):\n    def format(self, *a):\n        return super().format(*a)\ndef f(t):\n    return S(t).format(1)",
+        "class A:\n    pass\ndef f(x):\n    a = A()\n    a.format = 1\n    del a.format\n    return 1",
+    ],
+)
+def test_format_on_any_template_compiles_with_its_reads_checked(program):
+    code = compile_program(program, CAP)
+    assert isinstance(code, CodeType)
+    names = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    literal_only = "'{0.real} {p.imag}'" in program or "a.format = 1" in program
+    assert ("__popula_format__" in names) is not literal_only
+
+
+@pytest.mark.parametrize(
+    "program,mentions",
+    [
+        ("def f(x):\n    return '{0.__class__}'.format(x)", "'__class__'"),
+        ("def f(g):\n    return '{0.gi_frame.f_back}'.format(g)", "'gi_frame'"),
+        ("def f(x):\n    return '{0:{1._secret}}'.format(x, x)", "'_secret'"),
+        ("def f(x):\n    return '{m.__globals__}'.format_map({'m': f})", "'__globals__'"),
+        ("def f(t):\n    return __popula_format__(t, 'format')", "reserves"),
+        ("def f(t, __popula_format__=None):\n    return t.format(1)", "reserves"),
+        ("def f(t):\n    t.format += 1", "cannot check"),
+        ("def f(t):\n    match t:\n        case str(format=m):\n            return m", "class pattern"),
+        ("class C(str):\n    __match_args__ = ('format',)\ndef f(t):\n    return 1", "__match_args__"),
+    ],
+)
+def test_format_reads_that_cannot_be_checked_or_read_hidden_attributes_are_forbidden(program, mentions):
+    rejected = compile_program(program, CAP)
+    assert isinstance(rejected, Rejection) and rejected.reason == "forbidden", rejected
+    assert mentions in rejected.detail
+
+
+def test_format_in_inputs_is_checked_and_keeps_one_code_object_per_input():
+    codes = compile_argument_lists(["'a'", "t.format(\n1)", "('{' + '}').format(2), 3"], CAP)
+    assert isinstance(codes, list) and len(codes) == 3
+    assert "__popula_format__" in codes[1].co_names and "__popula_format__" in codes[2].co_names
+    rejected = compile_argument_lists(["'{0.__class__}'.format(1)"], CAP)
+    assert isinstance(rejected, Rejection) and rejected.reason == "forbidden"
+
+
+def test_format_checks_survive_nesting_near_the_compilers_limits():
+    deep = compile_program("def f(t):\n    return t.format(" + "-" * 900 + "1)", CAP)
+    assert isinstance(deep, CodeType)
+    deeper = compile_program("def f(t):\n    return t.format(" + "-" * 2500 + "1)", CAP)
+    assert isinstance(deeper, Rejection) and deeper.reason == "syntax" and "nested too deeply" in deeper.detail

@@ -43,8 +43,21 @@ ESCAPES = [
     ("format_attr", GEN + "def f(x):\n    return '{0.gi_frame.f_back}'.format(gen())", "0"),
     ("format_map_attr", "def f(x):\n    return '{x.__class__}'.format_map({'x': x})", "0"),
     ("format_computed_template", GEN + "def f(x):\n    t = '{0.' + 'gi_frame' + '}'\n    return t.format(gen())", "0"),
-    ("format_via_str_method", "def f(x):\n    return str.format('{0.real}', x)", "0"),
+    ("format_via_str_method", "def f(x):\n    return str.format('{0.__class__}', x)", "0"),
     ("format_via_getattr", GEN + "def f(x):\n    t = ''.join(['{0.', 'gi_', 'frame}'])\n    return getattr(t, 'format')(gen())", "0"),
+    # .format/.format_map on a template held in a variable runs, with its fields checked when the call runs
+    ("format_subclass_of_str", "class S(str):\n    pass\ndef f(x):\n    return S('{0.__glo' + 'bals__}').format(f)", "0"),
+    ("format_subclass_super", "class S(str):\n    def format(self, *a):\n        return super().format(*a)\ndef f(x):\n    return S('{0.__glo' + 'bals__}').format(f)", "0"),
+    ("format_in_input", "def f(s):\n    return s", "('{0.__glo' + 'bals__}').format(f)"),
+    ("format_map_in_input", "def f(s):\n    return s", "('{x.__glo' + 'bals__}').format_map({'x': f})"),
+    ("format_bound_method_kept", GEN + "def f(x):\n    m = ''.join(['{0.', 'gi_', 'frame}']).format\n    return m(gen())", "0"),
+    ("format_literal_or_variable", GEN + "def f(t):\n    return (t or '{}').format(gen())", "'{0.gi_frame}'"),
+    ("format_str_method_mapped", "def f(x):\n    return list(map(str.format, ['{0.__glo' + 'bals__}'], [f]))", "0"),
+    ("format_nested_spec", "def f(t):\n    return t.format(5, f)", "'{0:{1.__glo' + 'bals__}}'"),
+    ("format_class_pattern", "def f(t):\n    match t:\n        case str(format=m):\n            return m('{0.__glo' + 'bals__}', f)", "'x'"),
+    ("format_checker_named", "def f(t):\n    return __popula_format__(t, 'format')", "'x'"),
+    ("format_checker_parameter", "def f(t, __popula_format__=getattr):\n    return t.format(f)", "'{0.__glo' + 'bals__}'"),
+    ("string_formatter", "import string\ndef f(x):\n    return string.Formatter().format('{0.__glo' + 'bals__}', f)", "0"),
     ("input_named_args", "def f(x):\n    return str(x)", "__popula_args__"),
     ("program_reads_args", "def f(x):\n    return str(__popula_args__)", "0"),
     ("abc_register", "import collections.abc\ndef f(x):\n    getattr(collections.abc.Sequence, 'register')(dict)\n    return isinstance({}, collections.abc.Sequence)", "0"),
@@ -93,14 +106,18 @@ def test_every_escape_probe_is_rejected_and_leaks_nothing(sandbox):
     assert not bad, bad
     leaks = [(r.id, r.detail) for r in results if not _no_trace(r.detail)]
     assert not leaks, leaks
+    # the format probes fail on their hidden field, not on some other error along the way
+    unchecked = [(r.id, r.detail) for r in results if r.id.startswith("format") and r.reason == "runtime_error"
+                 and "is not accessible in the sandbox" not in r.detail]
+    assert not unchecked, unchecked
 
 
 @pytest.mark.slow
-def test_answer_expressions_obey_the_same_policy(sandbox):
+def test_answer_expressions_are_not_values_and_never_run(sandbox):
     task = TaskRecord(id="t", type="code_o", program="def f(x):\n    return x", inputs=["1"], outputs=["1"],
                       answer="(i for i in [1]).gi_frame.f_back.f_globals")
     result = sandbox.verify([task])[0]
-    assert result.correct is False and result.answer_reason == "forbidden" and _no_trace(result.answer_detail)
+    assert result.correct is False and result.answer_reason == "not_a_value" and _no_trace(result.answer_detail)
 
 
 @pytest.mark.slow
@@ -150,6 +167,41 @@ def test_benign_programs_give_exactly_cpythons_outputs(sandbox):
     wrong = [(rows[int(r.id)]["program"][:80], r.reason, r.detail, r.outputs, rows[int(r.id)]["outputs"])
              for r in results if not r.valid or r.outputs != rows[int(r.id)]["outputs"]]
     assert not wrong, wrong[:5]
+
+
+# (program, input): third-party style programs that format a template held in a variable, and
+# programs that look at builtins and modules; the sandbox must give exactly CPython's outputs
+FORMAT_AND_BUILTINS = [
+    ("def f(f_str, name, num):\n    return f_str.format(name, num)", "'{} is {:>4}', 'x', 7"),
+    ("def f(t, d):\n    return t.format_map(d)", "'{a}-{b[1]}', {'a': 1, 'b': 'xy'}"),
+    ("def f(ts):\n    return [t.format(3.5, [1, 2]) for t in ts]", "['{0.real}|{0.imag}', '{1[0]}', '{0:{1[1]}}', '{!r:>6}']"),
+    ("class S(str):\n    pass\ndef f(t):\n    m = S(t).format\n    return [m(1, 2), str.format(t, 3, 4), getattr(t, 'format')(5, 6), hasattr(t, 'format')]", "'{1}{0}'"),
+    ("class P:\n    def __init__(self):\n        self.x = 2\ndef f(t):\n    return t.format(p=P())", "'({p.x}, {p.x!r})'"),
+    ("import functools\ndef f(t):\n    return functools.partial(str.format, t)('a')", "'<{}>'"),
+    ("def f(t):\n    try:\n        return t.format(1)\n    except (IndexError, ValueError) as e:\n        return type(e).__name__", "'{1}'"),
+    ("import math, string, functools\ndef f(t):\n    return [print.__name__, isinstance(print, type(len)), getattr.__name__, getattr.__doc__,\n"
+     "            setattr.__name__, setattr.__doc__, delattr.__name__, delattr.__doc__, hasattr.__name__, hasattr.__doc__,\n"
+     "            math.__name__, math.__doc__, string.__doc__, functools.wraps.__name__, functools.wraps.__doc__,\n"
+     "            str.format.__name__, str.format.__doc__, t.format.__name__, t.format_map.__doc__, callable(getattr)]", "'{}'"),
+    ("from string import *\ndef f(x):\n    return [ascii_lowercase[:x], capwords('a b')]", "3"),
+    ("def f(n):\n    for i in range(n):\n        print(i, 'x' * 20, sep=', ')\n    return n", "10 ** 5"),
+    ("def f(s):\n    try:\n        print(s, flush=True)\n    except UnicodeEncodeError as e:\n        return e.reason\n    return 0", "'\\ud800'"),
+    ("class W:\n    def __init__(self):\n        self.parts = []\n    def write(self, s):\n        self.parts.append(s)\n"
+     "def f(x):\n    w = W()\n    print('a', x, sep='-', end='!', file=w)\n    return w.parts", "1"),
+]
+
+
+@pytest.mark.slow
+def test_format_on_a_variable_and_builtins_give_cpythons_outputs(sandbox, capsys):
+    records = [TaskRecord(id=str(k), type="code_o", program=p, inputs=[i]) for k, (p, i) in enumerate(FORMAT_AND_BUILTINS)]
+    results = sandbox.verify(records)
+    for (program, inp), result in zip(FORMAT_AND_BUILTINS, results):
+        scope: dict = {"__name__": "expected"}
+        exec(program, scope)
+        args, kwargs = eval(f"(lambda *a, **k: (a, k))({inp})", scope)
+        expected = scope["f"](*args, **kwargs)
+        assert result.valid and result.outputs == [repr(expected)], (program, result.reason, result.detail)
+    capsys.readouterr()  # the in-process runs' prints
 
 
 def test_no_jail_means_no_sandbox_unless_opted_in(monkeypatch):

@@ -81,3 +81,60 @@ def test_big_files_show_a_progress_bar_on_stderr(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "600/600" in err and "valid 600/600" in err
     assert len(out.read_text().splitlines()) == 600
+
+
+# Lone surrogates, as JSON escapes in the task file: in an error message, a program, an input, a code_f
+# and a code_i answer, an id and a message. Each used to make `popula verify` crash (UnicodeEncodeError,
+# exit 1, nothing written).
+_SURROGATE_RECORDS = [
+    {"id": "message", "type": "code_o", "program": "def f(x):\n    raise ValueError('\\ud800' + x)", "inputs": ["'a'"]},
+    {"id": "program", "type": "code_o", "program": "def f(x):\n    return '\ud800' + x", "inputs": ["'a'"]},
+    {"id": "input", "type": "code_o", "program": "def f(x):\n    return x", "inputs": ["'\udc80'"]},
+    {"id": "code_f", "type": "code_f", "program": "def f(x):\n    return x", "inputs": ["1", "2"], "outputs": ["1", "2"],
+     "answer": "def f(x):\n    return '\ud800'"},
+    {"id": "code_i", "type": "code_i", "program": "def f(x):\n    return x", "inputs": ["1"], "outputs": ["1"], "answer": "'\udfff'"},
+    {"id": "id \ud800", "type": "code_o", "program": "def f(x):\n    return x", "inputs": ["1"], "message": "hint \udfff"},
+]
+
+
+def _surrogate_tasks(tmp_path):
+    path = tmp_path / "surrogates.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _SURROGATE_RECORDS))  # ASCII: \ud800 escapes
+    return path
+
+
+def _check_surrogate_results(lines):
+    results = [json.loads(line) for line in lines]
+    assert [r["id"] for r in results] == [r["id"] for r in _SURROGATE_RECORDS]
+    by_id = {r["id"]: r for r in results}
+    assert by_id["message"]["reason"] == "runtime_error" and by_id["message"]["detail"] == "ValueError: \ud800a"
+    assert by_id["program"]["valid"] is False and by_id["input"]["valid"] is False
+    assert by_id["code_f"]["valid"] is True and by_id["code_f"]["correct"] is False
+    assert by_id["code_i"]["valid"] is True and by_id["code_i"]["correct"] is False
+    assert by_id["id \ud800"]["valid"] is True and by_id["id \ud800"]["outputs"] == ["1"]
+
+
+def test_lone_surrogates_are_written_escaped_to_stdout(tmp_path, capsys):
+    assert main(["verify", str(_surrogate_tasks(tmp_path)), "--workers", "1"]) == 0
+    captured = capsys.readouterr()
+    captured.out.encode("utf-8")  # strict: nothing unencodable reached the stream
+    _check_surrogate_results(captured.out.splitlines())
+    assert "valid 3/6, correct 0/2" in captured.err
+
+
+def test_lone_surrogates_are_written_escaped_to_out(tmp_path, capsys):
+    out = tmp_path / "results.jsonl"
+    assert main(["verify", str(_surrogate_tasks(tmp_path)), "--out", str(out), "--workers", "1"]) == 0
+    _check_surrogate_results(out.read_text(encoding="utf-8").splitlines())
+    assert "\\ud800" in out.read_text(encoding="utf-8")
+    assert "valid 3/6, correct 0/2" in capsys.readouterr().err
+
+
+def test_json_line_escapes_only_what_the_encoding_cannot_hold():
+    from popula.records import json_line
+
+    row = {"text": "caf\u00e9 \ud800", "ok": "\u00e9"}
+    assert json_line({"ok": "\u00e9"}) == '{"ok": "\u00e9"}'
+    assert json_line(row) == '{"text": "caf\u00e9 \\ud800", "ok": "\u00e9"}'
+    assert json.loads(json_line(row)) == row
+    assert json.loads(json_line(row, "ascii")) == row and json_line(row, "ascii").isascii()

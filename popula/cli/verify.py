@@ -8,14 +8,13 @@ appears for files big enough to wait on.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from popula.errors import PopulaError
-from popula.records import read_records, write_jsonl
+from popula.records import json_line, read_records, write_jsonl
 from popula.sandbox import Sandbox
 
 _PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth drawing
@@ -71,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
             raise PopulaError(f"{args.out}: cannot write the results ({err.strerror or err})") from None
     else:
         out = sys.stdout
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        encoding = getattr(out, "encoding", None) or "utf-8"
+        for row in rows:  # a lone surrogate in a result is written as the JSON escape \ud800
+            out.write(json_line(row, encoding) + "\n")
         out.flush()
     valid = sum(r.valid for r in results)
     judged = [r for r in results if r.correct is not None]

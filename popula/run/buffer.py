@@ -48,7 +48,7 @@ import numpy as np
 
 from popula.complexity import ast_depth
 from popula.errors import PopulaError
-from popula.records import TASK_TYPES, TaskRecord, parse_record
+from popula.records import TASK_TYPES, TaskRecord, json_line, parse_record
 
 UNSOLVED_WEIGHT = 0.25  # challenge weight of a task no student solved (hard, or impossible)
 UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed tasks)
@@ -118,7 +118,7 @@ class TaskBuffer:
             for record, rho in zip(records, rhos, strict=True):
                 record.extra.update(step=step, teacher=teacher, rho=rho)
                 self._keep(record)
-                log.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+                log.write(json_line(record.to_json()) + "\n")  # a lone surrogate is escaped, not a crash
             log.flush()
             os.fsync(log.fileno())
 

@@ -1,16 +1,20 @@
 """What the sandbox must run for one record, decided before anything runs.
 
 A record without outputs is a task to validate: its program and inputs are checked and
-compiled here, then run on two different workers (more for a task that builds sets,
-see pool.py), each run in a fresh process of its own (zygote.py). A record that
-already carries outputs was validated earlier: only what judging needs is run, once:
-- code_o: the answer is read as a literal value in this process (no code runs at all);
-  an answer that is an expression rather than a literal is evaluated in the sandbox,
-  in an empty namespace (it cannot call the task's `f`);
-- code_i: the task program runs on the answer's argument list;
-- code_f: the student's program runs on the hidden inputs (the second half of inputs).
-Judging runs happen once: determinism is required of the teacher's task, not re-proven
-for each student answer.
+compiled here, then run on two different workers (more for a task that builds sets or
+reads a masked id or hash, see pool.py), each run in a fresh process of its own
+(zygote.py). A record that already carries outputs was validated earlier: only what
+judging needs is run. Answers are data, judged by this (trusted) side:
+- code_o: the answer must be a literal value (values.read_value); it is compared here
+  and nothing runs at all;
+- code_i: the answer must be an argument list of literal values (values.read_arguments);
+  the task's program runs on those values in the sandbox (a "call" job: no answer text
+  is ever executed) and the output comes back as text parsed here;
+- code_f: the student's program runs on the hidden inputs (the second half of inputs),
+  on workers that run students' programs only (they never hold a teacher's program).
+An answer that is not a value gets answer_reason "not_a_value" and never runs. An
+answer's runs follow the task's rules for determinism (pool.py): runs that disagree
+make the answer wrong, so the same record always gets the same verdict.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from popula.records import TaskRecord
 from popula.sandbox import policy
 from popula.sandbox.limits import Limits
 from popula.sandbox.policy import Rejection
-from popula.sandbox.values import NotAValue, read_value
+from popula.sandbox.values import NotAValue, read_arguments, read_value
 
-# A job for a worker: (kind, program code, argument-list codes, expression code).
-Job = tuple[str, CodeType | None, list[CodeType], CodeType | None]
+# A job for a worker: (kind, program code, argument lists). Kind "run": each argument list
+# is the code of a teacher's input; kind "call": each is an (args, kwargs) pair of values.
+Job = tuple[str, CodeType, list[Any]]
 
 _NO_VALUE = object()
 
@@ -39,7 +44,9 @@ class Plan:
     validate: Job | None = None  # run on two or more workers when set
     order_sensitive: bool = False  # builds sets: validated on more workers (pool.py)
     answer_value: Any = _NO_VALUE  # a code_o answer read as a literal
-    answer_job: Job | None = None  # run once when set
+    answer_job: Job | None = None  # a code_i or code_f answer's runs (pool.py decides how many)
+    answer_order_sensitive: bool = False  # its code builds sets: as many runs as validation's
+    answer_by_student: bool = False  # runs a student's program: on student workers only
     answer_rejection: Rejection | None = None
 
     @property
@@ -53,7 +60,7 @@ def hidden_split(n_inputs: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _not_a_value(outputs: tuple[str, ...]) -> Rejection | None:
+def not_a_value(outputs: tuple[str, ...]) -> Rejection | None:
     """Why the first output that is not a value fails to read; cached, as the rollouts of one
     task are judged against the same outputs."""
     for i, output in enumerate(outputs):
@@ -95,7 +102,7 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     if record.outputs:
         # Given outputs are trusted to be the task's values; one that is not a value (a default
         # object repr, a typo) could never be matched, so the task is invalid, not silently unsolvable.
-        if (bad := _not_a_value(tuple(record.outputs))) is not None:
+        if (bad := not_a_value(tuple(record.outputs))) is not None:
             plan.invalid = bad
             return plan
     if not record.outputs:
@@ -103,7 +110,7 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         if plan.invalid is not None:
             return plan
         assert code is not None and args is not None
-        plan.validate = ("run", code, args, None)
+        plan.validate = ("run", code, args)
         plan.order_sensitive = policy.order_sensitive(code) or any(policy.order_sensitive(a) for a in args)
     if record.answer is None:
         return plan
@@ -113,21 +120,19 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     elif record.type == "code_o":
         try:
             plan.answer_value = read_value(answer)
-        except NotAValue:
-            expr = policy.compile_expression(answer, cap)
-            if isinstance(expr, Rejection):
-                plan.answer_rejection = expr
-            else:
-                plan.answer_job = ("expr", None, [], expr)
+        except NotAValue as err:
+            plan.answer_rejection = _not_a_value_answer(answer, "a literal value", err)
     elif record.type == "code_i":
         code = task_program()
         if code is None:
             return plan
-        args = policy.compile_argument_lists([answer], cap, what="answer")
-        if isinstance(args, Rejection):
-            plan.answer_rejection = args
-        else:
-            plan.answer_job = ("run", code, args, None)
+        try:
+            call = read_arguments(answer)
+        except NotAValue as err:
+            plan.answer_rejection = _not_a_value_answer(answer, "an argument list of literal values", err)
+            return plan
+        plan.answer_job = ("call", code, [call])
+        plan.answer_order_sensitive = policy.order_sensitive(code)
     else:  # code_f
         codes = task_args()
         if codes is None:
@@ -136,5 +141,12 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         if isinstance(student, Rejection):
             plan.answer_rejection = student
         else:
-            plan.answer_job = ("run", student, codes[hidden_split(len(codes)):], None)
+            hidden = codes[hidden_split(len(codes)):]
+            plan.answer_job = ("run", student, hidden)
+            plan.answer_order_sensitive = policy.order_sensitive(student) or any(map(policy.order_sensitive, hidden))
+            plan.answer_by_student = True
     return plan
+
+
+def _not_a_value_answer(answer: str, wanted: str, err: NotAValue) -> Rejection:
+    return Rejection("not_a_value", f"the answer {answer[:60]!r} is not {wanted} ({err}); answers are data, never run")

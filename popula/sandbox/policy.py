@@ -11,10 +11,17 @@ bytecode says exactly what the tree says for this purpose: which global names ar
 DELETE_ATTR), which modules and names are imported (IMPORT_NAME, IMPORT_FROM), and on
 which receiver a private attribute is used (the preceding LOAD_FAST). Nothing here
 executes task text, and texts are capped in length before they are compiled.
+
+The one exception to "bytecode only": a text that reads `.format` or `.format_map`
+(str's methods read attributes of their arguments by name, at C level) is parsed once
+more and every such read on anything but a literal template is compiled as a call of the
+worker's checker instead (_with_format_checks), which checks the template's fields when
+the call runs. The generated tasks never do this, so it costs the common case nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import dis
 import functools
 import sys
@@ -94,9 +101,17 @@ _STORE_ATTR = _OP["STORE_ATTR"]
 _STORE_NAME = _OP["STORE_NAME"]
 _BUILD_SET = _OP["BUILD_SET"]
 _SET_OPS = {_OP[n] for n in ("BUILD_SET", "SET_ADD", "SET_UPDATE") if n in _OP}
-_SET_NAMES = frozenset({"set", "frozenset"})
-_SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
-_FORMAT_METHODS = frozenset({"format", "format_map"})
+# What makes a program order-sensitive (it may build a set; see _check_code), by name: the
+# set types, their methods, the dict views that take set operators (`d.keys() | e.keys()`
+# is a set) and their abstract classes, and the routes to an attribute by computed name.
+_SET_NAMES = frozenset({"set", "frozenset", "getattr", "vars"})
+_SET_METHODS = frozenset({
+    "union", "intersection", "difference", "symmetric_difference", "set", "frozenset",
+    "keys", "items", "KeysView", "ItemsView", "Set", "MutableSet", "AbstractSet", "FrozenSet",
+    "attrgetter", "methodcaller",
+})
+_FORMAT_METHODS = rules.FORMAT_METHODS
+_DELETE_ATTR = _OP["DELETE_ATTR"]
 
 
 @functools.cache
@@ -143,30 +158,13 @@ def _all_codes(code: CodeType) -> list[CodeType]:
 
 def _own_names(codes: list[CodeType], decoded: list[list[tuple[int, int]]]) -> set[str]:
     """Attribute names the program defines itself: `x.name = ...` anywhere, and names bound
-    in class bodies (methods and class attributes)."""
+    in class bodies (methods and class attributes) or as globals (module level, `global`)."""
     own: set[str] = set()
     for code, instructions in zip(codes, decoded):
         for op, arg in instructions:
-            if op == _STORE_ATTR or op == _STORE_NAME:
+            if op == _STORE_ATTR or op in _STORE_GLOBAL_OPS:
                 own.add(code.co_names[arg])
     return own
-
-
-def _format_traverses(text: str) -> bool:
-    """Whether str.format on `text` would read attributes ('{0.attr}'), at any nesting."""
-    import _string
-
-    try:
-        for _, field, spec, _ in _string.formatter_parser(text):
-            if field is not None:
-                first, rest = _string.formatter_field_name_split(field)
-                if any(is_attr for is_attr, _ in rest):
-                    return True
-            if spec and _format_traverses(spec):
-                return True
-    except (ValueError, TypeError):
-        return False  # not a valid template: .format would raise before reading anything
-    return False
 
 
 def _check_attribute(attr: str, own: set[str], what: str = "attribute") -> None:
@@ -198,33 +196,66 @@ def _check_const(const: object, own: set[str], depth: int = 0) -> None:
             _check_const(item, own, depth + 1)
 
 
-def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset()) -> bool:
+def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
+                rewritten: bool = False) -> tuple[bool, bool]:
     """Raise _Forbidden for the first use of something outside the policy (rules.py).
 
-    Returns whether the code is order-sensitive: it builds sets (displays, comprehensions,
-    set()/frozenset(), set methods, frozenset constants), whose iteration order
-    of strings depends on the hash seed, so its validation needs more runs (pool.py).
+    Returns (order-sensitive, reads format). Order-sensitive: the code may build sets
+    (displays, comprehensions, set()/frozenset(), set methods, dict views, frozenset
+    constants, names reached by string or computed name: _SET_NAMES, _SET_METHODS), whose
+    iteration order of strings depends on the hash seed, so its validation needs more runs
+    (pool.py). Reads format: it reads `.format`/`.format_map` somewhere, so it must be
+    compiled again with those reads checked (_with_format_checks); `rewritten` says it
+    was, and then only reads on a literal template may remain (checked here).
     """
     codes = _all_codes(code)
     decoded = [list(_instructions(c)) for c in codes]
     own = _own_names(codes, decoded)
-    sets = False
+    sets = reads_format = False
     for c, instructions in zip(codes, decoded):
-        sets = _check_one(c, instructions, own, skip_globals) or sets
+        if not rewritten and _mentions_checker(c):
+            raise _Forbidden(f"uses the name {rules.FORMAT_CHECKER!r}, which the sandbox reserves")
+        one_sets, one_reads = _check_one(c, instructions, own, skip_globals, rewritten)
+        sets, reads_format = sets or one_sets, reads_format or one_reads
         for const in c.co_consts:
             if not isinstance(const, CodeType):
                 _check_const(const, own)
-                if isinstance(const, frozenset):
-                    sets = True
-    return sets
+                if isinstance(const, frozenset) or (isinstance(const, str) and const in _SET_METHODS):
+                    sets = True  # a frozenset constant; a set-building name reached by string
+    return sets, reads_format
 
 
-def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str], skip_globals: frozenset[str]) -> bool:
+def _mentions_checker(code: CodeType) -> bool:
+    """Whether a code object names the format checker in any way (reads, binds, parameters,
+    attributes): before the rewrite, only the task's text can, and it may not."""
+    name = rules.FORMAT_CHECKER
+    return name in code.co_names or name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars
+
+
+def _check_format_read(attr: str, receiver: object, rewritten: bool) -> bool:
+    """A read of .format/.format_map; True when the code must be compiled with format checks.
+
+    Before the rewrite every such read counts, the ones on a literal too: the instruction
+    before a read is not always its receiver (`(t or '{}').format`, where both branches
+    end at the read). After it, only reads on a literal template are left, whose fields
+    are checked here, as the worker's checker checks the others' when they run."""
+    if not rewritten:
+        return True
+    if not isinstance(receiver, str):
+        raise _Forbidden(f"reads .{attr} in a way the sandbox cannot check (e.g. in an augmented assignment)")
+    hidden = rules.hidden_format_field(receiver)
+    if hidden is not None:
+        raise _Forbidden(f"calls .{attr} on the template {receiver[:80]!r}, which reads the attribute {hidden!r}")
+    return False
+
+
+def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str], skip_globals: frozenset[str],
+               rewritten: bool = False) -> tuple[bool, bool]:
     names = code.co_names
     consts = code.co_consts
     prev: tuple[int, int] = (-1, 0)
     prev2: tuple[int, int] = (-1, 0)
-    sets = False
+    sets = reads_format = False
     for op, arg in instructions:
         if op in _GLOBAL_OPS:
             name = names[_name_index(op, arg)]
@@ -241,16 +272,25 @@ def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str
             _check_attribute(attr, own)
             if attr in _SET_METHODS:
                 sets = True
-            if attr in _FORMAT_METHODS:
-                # str.format reads attributes of its arguments by name, at C level: only on a
-                # literal template, and only one without '{0.attr}' fields
+            if attr in _FORMAT_METHODS and op != _STORE_ATTR and op != _DELETE_ATTR:
+                # str.format reads attributes of its arguments by name, at C level
                 receiver = consts[prev[1]] if prev[0] == _LOAD_CONST else None
-                if not isinstance(receiver, str) or _format_traverses(receiver):
-                    raise _Forbidden(f"calls .{attr} on something other than a plain literal template")
+                reads_format = _check_format_read(attr, receiver, rewritten) or reads_format
         elif op == _MATCH_CLASS:
+            if arg:
+                # positional sub-patterns read the names in the class's __match_args__ at C level,
+                # which a program can compute (type(), namedtuple, a metaclass __instancecheck__
+                # that matches any object): allowed only on the built-in types that match
+                # themselves, named as the builtin (not rebound by the program)
+                cls = names[_name_index(*prev2)] if prev2[0] in _GLOBAL_OPS else None
+                if cls not in rules.SELF_MATCHING_TYPES or cls in own:
+                    raise _Forbidden("uses positional sub-patterns in a class pattern of a class that is not a built-in "
+                                     "type (write keyword patterns instead: `case Point(x=a)`)")
             keywords = consts[prev[1]] if prev[0] == _LOAD_CONST else ()
             for attr in keywords if isinstance(keywords, tuple) else ():
                 _check_attribute(attr, own, "class-pattern attribute")
+                if attr in _FORMAT_METHODS:  # read at C level, past the format checks
+                    raise _Forbidden(f"reads .{attr} in a class pattern")
         elif op in _SET_OPS:
             sets = True
         elif op == _IMPORT_NAME:
@@ -269,11 +309,13 @@ def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str
                 raise _Forbidden("sets __match_args__ to something other than a tuple of literal names")
             for attr in value:
                 _check_attribute(attr, own, "__match_args__ name")
+                if attr in _FORMAT_METHODS:
+                    raise _Forbidden(f"names .{attr} in __match_args__ (class patterns read it past the format checks)")
         elif op == _IMPORT_FROM:
             if names[arg].startswith("_"):
                 raise _Forbidden(f"imports the private name {names[arg]!r}")
         prev2, prev = prev, (op, arg)
-    return sets
+    return sets, reads_format
 
 
 def _is_unsafe_dunder(text: str) -> bool:
@@ -320,20 +362,77 @@ def _quiet_compile(source: str, filename: str, mode: str) -> CodeType:
 
 def _compile(source: str, mode: str, what: str) -> CodeType | Rejection:
     try:
-        return _quiet_compile(source, f"<{what}>", mode)
+        return _quiet_compile(source, _filename(what), mode)
     except SyntaxError as err:
         return Rejection("syntax", f"{what}: {err.msg} (line {err.lineno})")
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
         return _compile_error(what, err)
 
 
-def _checked(code: CodeType, what: str, skip_globals: frozenset[str] = frozenset()) -> CodeType | Rejection:
+def _filename(what: str) -> str:
+    return f"<{what}>"
+
+
+def _checked(code: CodeType, what: str, source: str, mode: str) -> CodeType | Rejection:
+    """The checked code of `source` (compiled as `code`), with reads of .format/.format_map
+    compiled as checked calls where it has any; or why it cannot run."""
     try:
-        if _check_code(code, skip_globals):
+        sets, reads_format = _check_code(code)
+        if reads_format:
+            code = _with_format_checks(source, _filename(what), mode)
+            sets, _ = _check_code(code, frozenset({rules.FORMAT_CHECKER}), rewritten=True)
+        if sets:
             _ORDER_SENSITIVE.add(code)
     except _Forbidden as err:
         return Rejection("forbidden", f"{what} {err}")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as err:
+        return _compile_error(what, err)  # the second compile (from the tree) gave up
     return code
+
+
+def _with_format_checks(source: str, filename: str, mode: str) -> CodeType:
+    """`source` compiled with every read of .format/.format_map, except on a literal str
+    template, as a call of the worker's checker: `t.format` becomes
+    `__popula_format__(t, 'format')`, which returns str's method wrapped in a check of the
+    template's fields when it is called (zygote.checked_format_read), or the attribute
+    itself when it is not str's. So every route to str.format through an attribute read
+    is checked: `t.format(...)`, `str.format(t, ...)`, `S.format` on a subclass,
+    `super().format`, a bound method kept for later; getattr(t, 'format') is the worker's
+    getattr, which checks the same way. The new nodes take the place (lines, columns) of
+    the read they replace, so tracebacks and compile_argument_lists' spans stay as they
+    were. The tree is walked with a stack, not recursion: sources nest up to the compiler's
+    limits."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        tree = ast.parse(source, filename, mode)
+        stack: list[ast.AST] = [tree]
+        while stack:
+            node = stack.pop()
+            for field, value in ast.iter_fields(node):
+                if isinstance(value, list):
+                    for i, item in enumerate(value):
+                        if isinstance(item, ast.AST):
+                            value[i] = item = _format_read(item)
+                            stack.append(item)
+                elif isinstance(value, ast.AST):
+                    new = _format_read(value)
+                    if new is not value:
+                        setattr(node, field, new)
+                    stack.append(new)
+        return compile(tree, filename, mode, dont_inherit=True)
+
+
+def _format_read(node: ast.AST) -> ast.AST:
+    """`node`, or the checked call that replaces it when it reads .format/.format_map on
+    anything but a literal str (stores and deletes of such attributes stay as they are)."""
+    if not (type(node) is ast.Attribute and node.attr in _FORMAT_METHODS and type(node.ctx) is ast.Load):
+        return node
+    if type(node.value) is ast.Constant and type(node.value.value) is str:
+        return node  # a literal template: its fields are checked statically (_check_format_read)
+    at = {"lineno": node.lineno, "col_offset": node.col_offset,
+          "end_lineno": node.end_lineno, "end_col_offset": node.end_col_offset}
+    checker = ast.Name(id=rules.FORMAT_CHECKER, ctx=ast.Load(), **at)
+    return ast.Call(func=checker, args=[node.value, ast.Constant(value=node.attr, **at)], keywords=[], **at)
 
 
 # Code objects (programs, argument lists) found to build sets; see _check_code. Weakly
@@ -359,7 +458,7 @@ def compile_program(source: str, max_chars: int, what: str = "program") -> CodeT
         return code
     if "f" not in code.co_names:  # module-level code binds f with STORE_NAME f
         return Rejection("no_entry_function", f"{what} defines no top-level function f")
-    return _checked(code, what)
+    return _checked(code, what, source, "exec")
 
 
 # Each input becomes `lambda: _PACK(\n<text>\n)`: an anonymous packer, so that no name
@@ -395,8 +494,9 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
         starts.append(lines)
         parts.append(f"lambda: {_PACK}(\n{text}\n),\n")
         lines += text.count("\n") + 3
+    source = "(\n" + "".join(parts) + ")"
     try:
-        code = _quiet_compile("(\n" + "".join(parts) + ")", f"<{what}>", "eval")
+        code = _quiet_compile(source, _filename(what), "eval")
     except SyntaxError as err:
         return _blame_input(sources, what, err)
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
@@ -406,10 +506,11 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
     expected = [(start, start + text.count("\n") + 2) for start, text in zip(starts, sources)]
     if spans != expected:  # each call must close on its own closing line
         return Rejection("syntax", f"{what} are not separate argument lists")
-    checked = _checked(code, what)
+    checked = _checked(code, what, source, "eval")
     if isinstance(checked, Rejection):
         return checked
-    if order_sensitive(code):
+    lambdas = [c for c in checked.co_consts if isinstance(c, CodeType)]  # the same, format-checked if rewritten
+    if order_sensitive(checked):
         _ORDER_SENSITIVE.update(lambdas)
     return tuple(lambdas)
 
@@ -424,13 +525,3 @@ def _blame_input(sources: tuple[str, ...] | list[str], what: str, err: SyntaxErr
         except (ValueError, RecursionError, MemoryError, OverflowError) as own:
             return _compile_error(f"{what}[{i}]", own)
     return Rejection("syntax", f"{what}: {err.msg}")
-
-
-def compile_expression(source: str, max_chars: int, what: str = "answer") -> CodeType | Rejection:
-    """A single expression (a code_o answer that is not a plain literal); or why not."""
-    if rejected := _too_long(source, what, max_chars):
-        return rejected
-    code = _compile(source.strip(), "eval", what)
-    if isinstance(code, Rejection):
-        return code
-    return _checked(code, what)

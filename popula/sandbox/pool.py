@@ -13,13 +13,21 @@ policy can spoil only its own verdict.
 Compiling and the static policy check happen once, here, while the workers run earlier
 batches; workers receive code objects in batches (one message per batch, not per job).
 Batches are handed out dynamically (a worker that meets a slow task does not hold up
-the others), with one constraint: a task's validation runs go to *different* workers,
-which differ in hash seed (PYTHONHASHSEED, chosen here, distinct per worker) and
-address-space layout. Two runs suffice for most tasks; a task that builds sets (whose
-iteration order of strings depends on the seed: `list({'a', 'b'})` is a coin flip
-between two seeds) runs on `determinism_runs` different workers, so that a coin-flip
-task passes with probability 2**-(determinism_runs - 1) at most (extra workers start on
-first need).
+the others), with one constraint: the runs of one job (a task's validation, an answer's
+judging) go to *different* workers, which differ in hash seed (PYTHONHASHSEED, chosen
+here, distinct per worker) and address-space layout, and get different identity masks
+(zygote._identity_builtins). A validation takes two runs, an answer one; a job whose code
+builds sets (whose iteration order of strings depends on the seed: `list({'a', 'b'})` is
+a coin flip between two seeds), or whose run reads a masked id or hash, takes
+`determinism_runs` runs, so that a coin flip passes with probability
+2**-(determinism_runs - 1) at most (extra workers start on first need). An answer's runs
+that disagree make it wrong: the same record gets the same verdict every time.
+
+Workers come in two lanes that never share a process: teacher workers run teachers'
+programs (validation, and code_i answers, which run the task's program on the answer's
+values), student workers run students' code_f programs. A student's program, even one
+that escaped every Python-level check, so never finds a teacher's program or its outputs
+in its memory: the only secret it could copy from.
 
 The jail is required: if a worker cannot build it (not root, no CAP_SYS_CHROOT, ...),
 Sandbox() raises SandboxUnavailable (exit 2 in the CLI) naming what is missing. Only
@@ -63,6 +71,8 @@ _ZYGOTE = Path(__file__).with_name("zygote.py")
 _UID_BASE = 1_500_000_000  # children run as uids nobody else uses: they can signal nobody
 _MAX_BATCH = 32
 _MAX_ATTEMPTS = 3
+TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
+_ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
 ISOLATIONS = ("jail", "none")
@@ -100,7 +110,7 @@ def resolve_isolation(isolation: str | None) -> str:
 
 def worker_config(limits: Limits, **fields: object) -> dict[str, object]:
     """The CONFIG_JSON of a worker (zygote.py): the limits, `fields` (jail_dir, uid, in_fd,
-    out_fd, isolation, id_mask, hash_mask) and the cap on one result frame."""
+    out_fd, isolation) and the cap on one result frame."""
     cfg = limits.to_worker_config()
     # a result frame bigger than this is cut off as output_too_large
     cfg["max_result_bytes"] = 64 * 1024 + 4 * limits.max_output_chars * 64
@@ -116,19 +126,46 @@ def worker_environment(hash_seed: int) -> dict[str, str]:
 
 
 @dataclass
-class _Unit:
-    """One job for a worker: a validation run (task index, run 0 or 1) or an answer run."""
+class _Group:
+    """The runs one job needs (a task's validation, or an answer's judging), on different
+    workers of one lane, and what came back. `gen` counts restarts after a lost worker:
+    late results of an older generation are ignored."""
 
     task: int
     role: str  # "run" | "answer"
     job: Job
+    lane: str
+    need: int
+    id_mask: int = field(default_factory=lambda: secrets.randbits(64))
+    hash_mask: int = field(default_factory=lambda: secrets.randbits(61))
+    dispatched: int = 0
+    used: set[int] = field(default_factory=set)
+    runs: list[RunResult] = field(default_factory=list)
     gen: int = 0
-    variant: int = 0  # which identity mask the run uses (zygote._identity_builtins)
+    tries: int = 0
+
+    def masks(self, run: int) -> tuple[int, int]:
+        """Run 0's masks, their complement for run 1 (every bit differs), fresh ones after."""
+        if run == 0:
+            return self.id_mask, self.hash_mask
+        if run == 1:
+            return self.id_mask ^ _ID_BITS, self.hash_mask ^ _HASH_BITS
+        return secrets.randbits(64), secrets.randbits(61)
+
+
+@dataclass
+class _Unit:
+    """One run of a group, as sent to a worker."""
+
+    group: _Group
+    gen: int
+    masks: tuple[int, int]
 
 
 @dataclass
 class _Worker:
     slot: int
+    lane: str
     proc: subprocess.Popen
     to_fd: int
     from_fd: int
@@ -161,17 +198,16 @@ class Sandbox:
         self.recycle_after = recycle_after
         self.isolation = resolve_isolation(isolation)
         self.determinism_runs = determinism_runs
-        # Two validation runs need two different workers, so there are always at least two;
-        # `workers` bounds how many run at once. More start when a task needs more seeds.
-        self._n_slots = max(2, workers)
+        # Two validation runs need two different teacher workers, so there are always at least
+        # two; `workers` bounds how many run at once, over both lanes. More start when a job
+        # needs more seeds; student workers start with the first student program to judge.
         self._uid_base = _UID_BASE + secrets.randbelow(1 << 24) * 64
         self._seeds: list[int] = []
-        self._id_mask = secrets.randbits(64)
-        self._hash_mask = secrets.randbits(61)
         self._rr = 0
         self._jail = tempfile.mkdtemp(prefix="popula-jail-")
         os.chmod(self._jail, 0o555)
-        self._slots: list[_Worker | None] = [None] * self._n_slots
+        self._lanes: list[str] = []
+        self._slots: list[_Worker | None] = []
         self._selector = selectors.DefaultSelector()
         self._warned: set[str] = set()
         self._closed = False
@@ -204,7 +240,7 @@ class Sandbox:
         for worker in self._slots:
             if worker is not None:
                 self._stop(worker)
-        self._slots = [None] * self._n_slots
+        self._slots = [None] * len(self._slots)
         self._selector.close()
         shutil.rmtree(self._jail, ignore_errors=True)
 
@@ -234,8 +270,6 @@ class Sandbox:
             in_fd=to_r,
             out_fd=from_w,
             isolation=self.isolation,
-            id_mask=self._id_mask,
-            hash_mask=self._hash_mask,
         )
         # -s -S: no site packages; the environment holds only the hash seed and LD_BIND_NOW (no
         # PYTHONPATH & co.), which is why -I (it would ignore PYTHONHASHSEED) is not used.
@@ -249,7 +283,7 @@ class Sandbox:
         )
         os.close(to_r)
         os.close(from_w)
-        return _Worker(slot=slot, proc=proc, to_fd=to_w, from_fd=from_r)
+        return _Worker(slot=slot, lane=self._lanes[slot], proc=proc, to_fd=to_w, from_fd=from_r)
 
     def _handshake(self, worker: _Worker) -> None:
         hello = self._read_frame_blocking(worker, _STARTUP_TIMEOUT_S)
@@ -264,7 +298,7 @@ class Sandbox:
         self._selector.register(worker.from_fd, selectors.EVENT_READ, worker)
 
     def _start_all(self) -> None:
-        self._start_slots(range(self._n_slots))
+        self._ensure_slots(TEACHER, max(2, self.workers))
 
     def _start_slots(self, slots: Iterable[int]) -> None:
         fresh = [self._spawn(slot) for slot in slots]  # start in parallel
@@ -272,13 +306,14 @@ class Sandbox:
             self._handshake(worker)
             self._slots[worker.slot] = worker
 
-    def _ensure_slots(self, n: int) -> None:
-        """At least n workers (each its own hash seed): a task needs one per validation run."""
-        if n > self._n_slots:
-            old = self._n_slots
-            self._slots.extend([None] * (n - old))
-            self._n_slots = n
-            self._start_slots(range(old, n))
+    def _ensure_slots(self, lane: str, n: int) -> None:
+        """At least n workers in `lane` (each its own hash seed): a job needs one per run."""
+        missing = n - self._lanes.count(lane)
+        if missing > 0:
+            old = len(self._slots)
+            self._lanes.extend([lane] * missing)
+            self._slots.extend([None] * missing)
+            self._start_slots(range(old, old + missing))
 
     def _restart(self, worker: _Worker) -> _Worker:
         self._stop(worker)
@@ -353,17 +388,18 @@ class Sandbox:
             self._busy = False
 
     def _verify(self, records: Sequence[TaskRecord], progress: Callable[[int], None] | None) -> list[VerifyResult]:
-        work = _Work(records, self.limits, self.determinism_runs, progress)
+        work = _Work(records, self.limits, self.determinism_runs, self.workers, progress)
         # ~4 batches per worker, so the load balances, yet batches big enough to amortise forks
-        batch_size = max(1, min(_MAX_BATCH, -(-3 * len(records) // (self._n_slots * 4))))
+        batch_size = max(1, min(_MAX_BATCH, -(-3 * len(records) // (max(2, self.workers) * 4))))
         self._drive(work, batch_size)
-        return [assemble(plan, work.runs[i], work.answers[i]) for i, plan in enumerate(work.plans)]
+        return [assemble(plan, work.runs_of(i, "run"), work.runs_of(i, "answer")) for i, plan in enumerate(work.plans)]
 
     def _drive(self, work: _Work, batch_size: int) -> None:
         """Plan records in small chunks while workers run the batches already planned."""
-        work.plan_more(2 * batch_size * self._n_slots)
+        work.plan_more(2 * batch_size * max(2, self.workers))
         while not work.finished():
-            self._ensure_slots(work.max_runs)
+            for lane, n in work.max_runs.items():
+                self._ensure_slots(lane, n)
             self._fill_idle_workers(work, batch_size)
             busy = [w for w in self._slots if w is not None and w.batch]
             if work.unplanned():
@@ -386,15 +422,16 @@ class Sandbox:
 
     def _fill_idle_workers(self, work: _Work, batch_size: int) -> None:
         busy = sum(1 for w in self._slots if w is not None and w.batch)
-        self._rr = (self._rr + 1) % self._n_slots  # rotate, so workers beyond `workers` get runs too
-        for k in range(self._n_slots):
-            slot = (self._rr + k) % self._n_slots
+        n_slots = len(self._slots)
+        self._rr = (self._rr + 1) % n_slots  # rotate, so workers beyond `workers` get runs too
+        for k in range(n_slots):
+            slot = (self._rr + k) % n_slots
             worker = self._slots[slot]
             if busy >= self.workers or worker is None or worker.batch:
                 continue
             if worker.jobs_done >= self.recycle_after:
                 worker = self._restart(worker)
-            batch = work.take(slot, batch_size)
+            batch = work.take(slot, worker.lane, batch_size)
             if batch:
                 self._dispatch(worker, batch, work)
                 busy += 1
@@ -421,7 +458,7 @@ class Sandbox:
         worker.batch = batch
         worker.deadline = time.monotonic() + 10.0 + len(batch) * (self.limits.wall_s + 1.0)
         try:
-            self._send(worker, marshal.dumps([(n, *unit.job, unit.variant) for n, unit in enumerate(batch)]))
+            self._send(worker, marshal.dumps([(n, *unit.group.job, *unit.masks) for n, unit in enumerate(batch)]))
         except OSError:  # the worker died while idle
             self._worker_lost(worker, work, "was gone")
 
@@ -445,14 +482,13 @@ def _pop_frame(buffer: bytearray) -> bytes | None:
 
 
 class _Work:
-    """The state of one verify() call: queues, results, and who still waits for what.
+    """The state of one verify() call: the run groups of every record, who waits for what.
 
-    A validation task needs `need[t]` runs (2, or `determinism_runs` for a task that
-    builds sets), each on a different worker: `used[t]` holds the workers given one so
-    far. Tasks with runs left wait in `open` (started ones in front, so they finish
-    first). Units carry the task's generation: if a worker is lost, its tasks start over
-    with a new generation (all runs again, on different workers again) and late results
-    of the old generation are ignored.
+    A group needs `need` runs, each on a different worker of its lane (`used` holds the
+    workers given one so far). Groups with runs left wait in their lane's queue (started
+    ones in front, so they finish first). A run that reports a masked id or hash raises its
+    group's need to `determinism_runs`. If a worker is lost, its groups start over with a
+    new generation (all runs again, on different workers again), at most _MAX_ATTEMPTS times.
     """
 
     def __init__(
@@ -460,29 +496,27 @@ class _Work:
         records: Sequence[TaskRecord],
         limits: Limits,
         determinism_runs: int,
+        workers: int,
         progress: Callable[[int], None] | None,
     ) -> None:
-        n = len(records)
         self.records = records
         self.limits = limits
         self.determinism_runs = determinism_runs
         self.plans: list[Plan] = []
         self.progress = progress
-        self.runs: list[list[RunResult]] = [[] for _ in range(n)]
-        self.answers: list[RunResult | None] = [None] * n
-        self.need = [0] * n
-        self.dispatched = [0] * n
-        self.used: list[set[int]] = [set() for _ in range(n)]
-        self.gen = [0] * n
-        self.tries = [0] * n
-        self.complete = [False] * n
-        self.open: collections.deque[int] = collections.deque()
-        self.answer_queue: collections.deque[_Unit] = collections.deque()
-        self.left = n
-        self.max_runs = 2
+        self.groups: list[dict[str, _Group]] = []
+        self.waiting: list[int] = []  # per record: groups not complete yet
+        self.queues: dict[str, collections.deque[_Group]] = {TEACHER: collections.deque(), STUDENT: collections.deque()}
+        self.left = len(records)
+        self.max_runs: dict[str, int] = {TEACHER: 2}
+        self.lane_width = max(2, workers)
 
     def unplanned(self) -> int:
         return len(self.records) - len(self.plans)
+
+    def runs_of(self, task: int, role: str) -> list[RunResult]:
+        group = self.groups[task].get(role)
+        return group.runs if group is not None else []
 
     def plan_more(self, count: int) -> None:
         """Check and compile the next `count` records and queue their runs."""
@@ -490,89 +524,84 @@ class _Work:
             i = len(self.plans)
             plan = plan_record(record, self.limits)
             self.plans.append(plan)
+            groups: dict[str, _Group] = {}
             if plan.invalid is None:
                 if plan.validate is not None:
-                    self.need[i] = self.determinism_runs if plan.order_sensitive else 2
-                    self.max_runs = max(self.max_runs, self.need[i])
-                    self.open.append(i)
+                    need = self.determinism_runs if plan.order_sensitive else 2
+                    groups["run"] = _Group(i, "run", plan.validate, TEACHER, need)
                 if plan.answer_job is not None:
-                    self.answer_queue.append(_Unit(i, "answer", plan.answer_job))
-            self._check_complete(i)
+                    need = self.determinism_runs if plan.answer_order_sensitive else 1
+                    lane = STUDENT if plan.answer_by_student else TEACHER
+                    groups["answer"] = _Group(i, "answer", plan.answer_job, lane, need)
+            self.groups.append(groups)
+            self.waiting.append(len(groups))
+            for group in groups.values():
+                self._open(group)
+            if not groups:
+                self._record_done()
 
-    def _check_complete(self, task: int) -> None:
-        if self.complete[task]:
-            return
-        plan = self.plans[task]
-        if plan.invalid is None:
-            if len(self.runs[task]) < self.need[task]:
-                return
-            if plan.answer_job is not None and self.answers[task] is None:
-                return
-        self.complete[task] = True
+    def _open(self, group: _Group) -> None:
+        lane_need = max(group.need, self.lane_width if group.lane == STUDENT else 2)
+        self.max_runs[group.lane] = max(self.max_runs.get(group.lane, 0), lane_need)
+        self.queues[group.lane].append(group)
+
+    def _record_done(self) -> None:
         self.left -= 1
         if self.progress:
             self.progress(1)
+
+    def _group_done(self, group: _Group) -> None:
+        self.waiting[group.task] -= 1
+        if self.waiting[group.task] == 0:
+            self._record_done()
 
     def finished(self) -> bool:
         return self.left == 0
 
     def has_queued(self) -> bool:
-        return bool(self.open or self.answer_queue)
+        return any(self.queues.values())
 
-    def take(self, slot: int, n: int) -> list[_Unit]:
-        """Up to n units for worker `slot`: answers, then runs of tasks it has not run yet."""
-        batch: list[_Unit] = []
-        while self.answer_queue and len(batch) < n:
-            batch.append(self.answer_queue.popleft())
-        keep: list[int] = []
-        for _ in range(len(self.open)):
+    def take(self, slot: int, lane: str, n: int) -> list[_Unit]:
+        """Up to n runs for worker `slot` of `lane`, of groups it has not run yet."""
+        queue, batch, keep = self.queues[lane], [], []
+        for _ in range(len(queue)):
             if len(batch) >= n:
                 break
-            task = self.open.popleft()
-            if self.dispatched[task] >= self.need[task]:
+            group = queue.popleft()
+            if group.dispatched >= group.need:
                 continue  # stale entry (restarted after a lost worker)
-            if slot in self.used[task]:
-                keep.append(task)
+            if slot in group.used:
+                keep.append(group)
                 continue
-            self.used[task].add(slot)
-            job = self.plans[task].validate
-            assert job is not None
-            batch.append(_Unit(task, "run", job, self.gen[task], self.dispatched[task]))
-            self.dispatched[task] += 1
-            if self.dispatched[task] < self.need[task]:
-                keep.append(task)
-        self.open.extendleft(reversed(keep))
+            group.used.add(slot)
+            batch.append(_Unit(group, group.gen, group.masks(group.dispatched)))
+            group.dispatched += 1
+            if group.dispatched < group.need:
+                keep.append(group)
+        queue.extendleft(reversed(keep))
         return batch
 
     def deliver(self, unit: _Unit, result: RunResult) -> None:
-        task = unit.task
-        if unit.role == "run":
-            if unit.gen != self.gen[task]:
-                return
-            self.runs[task].append(result)
-        else:
-            self.answers[task] = result
-        self._check_complete(task)
+        group = unit.group
+        if unit.gen != group.gen or len(group.runs) >= group.need:
+            return
+        group.runs.append(result)
+        if result.get("seeded") and group.need < self.determinism_runs:
+            group.need = self.determinism_runs  # its output may hang on a mask: more runs
+            self._open(group)
+        if len(group.runs) == group.need:
+            self._group_done(group)
 
     def lost(self, unit: _Unit, why: str) -> None:
-        task = unit.task
-        if self.complete[task] or (unit.role == "run" and unit.gen != self.gen[task]):
+        group = unit.group
+        if unit.gen != group.gen or len(group.runs) >= group.need:
             return
-        self.tries[task] += 1
-        failure = {"err": "runtime_error", "detail": why}
-        if unit.role == "answer":
-            if self.tries[task] >= _MAX_ATTEMPTS:
-                self.deliver(unit, failure)
-            else:
-                self.answer_queue.append(unit)
+        group.tries += 1
+        group.gen += 1
+        group.runs, group.used, group.dispatched = [], set(), 0
+        if group.tries >= _MAX_ATTEMPTS:
+            group.dispatched = group.need
+            group.runs = [{"err": "runtime_error", "detail": why}] * group.need
+            self._group_done(group)
             return
-        self.gen[task] += 1
-        self.runs[task] = []
-        self.used[task] = set()
-        self.dispatched[task] = 0
-        if self.tries[task] >= _MAX_ATTEMPTS:
-            self.dispatched[task] = self.need[task]
-            self.runs[task] = [failure] * self.need[task]
-            self._check_complete(task)
-            return
-        self.open.append(task)
+        self.queues[group.lane].append(group)

@@ -13,6 +13,8 @@ escapes rare and give the teacher a precise reason ("forbidden") for its reward.
 
 from __future__ import annotations
 
+import _string  # str.format's own template parser (hidden_format_field)
+
 # Modules a task may import. Everything else is "forbidden" (os, sys, subprocess, socket,
 # shutil, pathlib, random, time, datetime, threading, multiprocessing, signal, ctypes,
 # importlib, io, pickle, inspect, ...). Submodules must be listed to be importable.
@@ -170,3 +172,52 @@ HARMLESS_STDLIB_PRIVATE: frozenset[str] = frozenset(
 )
 # What `__name__` reads as inside a task, so `if __name__ == "__main__":` blocks are skipped.
 TASK_MODULE_NAME = "__popula_task__"
+
+# str.format and str.format_map read attributes of their arguments by name, at C level
+# ('{0.gi_frame}'). policy.py compiles every read of these two attributes on anything but
+# a literal template into a call of this builtin (the worker's checked_format_read), which
+# returns str's methods wrapped in a check of the template's fields when the call runs. A
+# task can never name it: it is a dunder name, and the policy rejects any program that
+# mentions it before the rewrite.
+FORMAT_METHODS: frozenset[str] = frozenset({"format", "format_map"})
+FORMAT_CHECKER = "__popula_format__"
+
+
+def hidden_attribute(name: str) -> bool:
+    """Whether the sandbox hides an attribute read by a name computed at run time (its
+    getattr & co. treat it as missing; str.format fields may not read it): a private or
+    dunder name other than the safe ones, or an interpreter-internal one."""
+    return (
+        name.startswith("_") and name not in SAFE_DUNDER_ATTRIBUTES and name not in PUBLIC_UNDERSCORE_ATTRIBUTES
+    ) or name in FRAME_ATTRIBUTES
+
+
+def hidden_format_field(template: str, hidden=hidden_attribute, depth: int = 0) -> str | None:
+    """The first attribute that str.format/format_map on `template` would read and `hidden`
+    hides ('{0.gi_frame}', '{x.__class__}', '{0:{1._secret}}'), or None.
+
+    Parsed by `_string`, the parser str.format itself uses, field by field in the order
+    str.format reads them, nested format specs included. An invalid template stops the scan
+    where str.format stops too (with its own ValueError), after the fields before it were
+    checked. Index fields ('{0[1]}', '{m[key]}') read items, not attributes, and pass."""
+    try:
+        for _, field, spec, _ in _string.formatter_parser(template):
+            if field:
+                for is_attribute, name in _string.formatter_field_name_split(field)[1]:
+                    if is_attribute and hidden(name):
+                        return name
+            if spec and "{" in spec and depth < 20:
+                found = hidden_format_field(spec, hidden, depth + 1)
+                if found is not None:
+                    return found
+    except ValueError:
+        return None
+    return None
+
+
+# Built-in types whose class pattern with one positional sub-pattern matches the subject
+# itself (`case int(n)`), reading no attribute; the only ones a positional class pattern
+# may use (policy.py).
+SELF_MATCHING_TYPES: frozenset[str] = frozenset(
+    {"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple"}
+)

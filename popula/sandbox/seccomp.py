@@ -7,7 +7,13 @@ escaped the Python policy from touching files, processes or other users; this fi
 a second wall built by the kernel, not by Python. It denies what an escaped child would
 reach for next: sockets (the network, even where no network namespace could be made),
 signals and ptrace to other processes, fork/clone/exec, namespaces and mounts, and the
-kernel's larger attack surfaces (bpf, perf, io_uring, userfaultfd, keyrings, modules).
+kernel's larger attack surfaces (bpf, perf, io_uring, userfaultfd, keyrings, modules, seccomp).
+It also denies every way to reach or outlive the supervisor's kill: a new process group
+or session (setpgid, setsid), prctl (clearing the parent-death signal), signal ownership
+of an fd (fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG, leases, dnotify), and changing the limits,
+priority, scheduling or memory placement of another process. Some calls are denied only
+for some argument values (_DENIED_IF_ARG, _DENIED_UNLESS_ARG: fcntl by command, prlimit64
+on a pid other than 0, i.e. itself).
 Everything else (memory, reading and writing the fds it already holds, time) is allowed,
 so the interpreter runs unchanged. The filter is built once in the worker (`build`) and
 installed by each child right before task code runs (`install`): it cannot be undone,
@@ -28,6 +34,7 @@ _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO_EPERM = 0x00050000 | 1
 _RET_KILL_PROCESS = 0x80000000
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_ARGS_OFFSET = 16  # struct seccomp_data: int nr, u32 arch, u64 instruction_pointer, u64 args[6]
 
 # name -> number, per architecture (from the kernel's unistd tables).
 _DENIED = {
@@ -48,6 +55,11 @@ _DENIED = {
         "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
         "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
         "mq_getsetattr": 245,
+        # a job must stay where the supervisor's kill finds it, and touch no other process
+        "setpgid": 109, "setsid": 112, "prctl": 157, "setrlimit": 160, "seccomp": 317,
+        "setpriority": 141, "ioprio_set": 251, "sched_setparam": 142, "sched_setscheduler": 144,
+        "sched_setaffinity": 203, "sched_setattr": 314, "migrate_pages": 256, "move_pages": 279,
+        "kcmp": 312, "get_robust_list": 274, "process_madvise": 440, "process_mrelease": 448,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "connect": 203, "accept": 202, "bind": 200, "listen": 201, "accept4": 242,
@@ -66,7 +78,28 @@ _DENIED = {
         "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
         "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
         "mq_getsetattr": 185,
+        "setpgid": 154, "setsid": 157, "prctl": 167, "setrlimit": 164, "seccomp": 277,
+        "setpriority": 140, "ioprio_set": 30, "sched_setparam": 118, "sched_setscheduler": 119,
+        "sched_setaffinity": 122, "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
+        "kcmp": 272, "get_robust_list": 100, "process_madvise": 440, "process_mrelease": 448,
     }),
+}
+
+# Calls denied only for some values of one argument: name -> (number per architecture,
+# argument index, values). The filter compares the argument's low 32 bits, which is all
+# the kernel reads of these int arguments (fcntl's cmd, prlimit64's pid); x86_64 and
+# aarch64 are little-endian, so they are the first word of args[i].
+F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY = 8, 10, 15, 1024, 1026
+_DENIED_IF_ARG = {
+    # who gets SIGIO (or any signal F_SETSIG picks) when an fd becomes ready: a job could
+    # aim it at whatever process later holds a pid or a uid it names; leases and dnotify
+    # deliver signals too
+    "fcntl": ({"x86_64": 72, "aarch64": 25}, 1, (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY)),
+}
+_DENIED_UNLESS_ARG = {
+    # the limits of another process (a job's uid could match a later job's); the child's
+    # own setrlimit calls (pid 0) are what glibc makes of resource.setrlimit
+    "prlimit64": ({"x86_64": 302, "aarch64": 261}, 0, (0,)),
 }
 
 
@@ -75,12 +108,17 @@ def _insn(code, jt, jf, k):
 
 
 # What a batch parent (zygote.py) still needs after its own, outer filter: it forks one
-# child per job, switches that child to the job's uid and kills it at its deadline. Each
-# job's child stacks a second filter that denies exactly these on top, before task code
-# runs: stacked filters all apply (the strictest answer wins), so the child is under the
-# full list. The second filter is kept that small because a job pays for installing it,
-# a few times less than for the full list (docs/results/design-figures.md § Sandbox pool).
-BATCH_PARENT_NEEDS = frozenset({"clone", "fork", "vfork", "kill", "setresuid", "setresgid"})
+# child per job, puts it in a process group of its own (setpgid), switches it to the
+# job's uid and kills it at its deadline; and what that child calls on itself before it
+# stacks its own filter (setpgid, prctl for the parent-death signal, no_new_privs and the
+# filter itself, setrlimit). Each job's child stacks a second filter that denies exactly
+# these on top, before task code runs: stacked filters all apply (the strictest answer
+# wins), so the child is under the full list. The second filter is kept that small
+# because a job pays for installing it, a few times less than for the full list
+# (docs/results/design-figures.md § Sandbox pool).
+BATCH_PARENT_NEEDS = frozenset(
+    {"clone", "fork", "vfork", "kill", "setresuid", "setresgid", "setpgid", "prctl", "setrlimit"}
+)
 
 
 def build_batch_parent():
@@ -93,36 +131,65 @@ def build_job_addition():
     machine = os.uname().machine
     if machine not in _DENIED:
         return None
-    return build(frozenset(_DENIED[machine][1]) - BATCH_PARENT_NEEDS)
+    return build(_all_names(machine) - BATCH_PARENT_NEEDS)
+
+
+def _all_names(machine):
+    return frozenset(_DENIED[machine][1]) | frozenset(_DENIED_IF_ARG) | frozenset(_DENIED_UNLESS_ARG)
 
 
 def build(exempt=frozenset()):
     """The filter program as bytes (denying everything listed except the `exempt` names),
-    or None on an architecture this file does not know."""
+    or None on an architecture this file does not know.
+
+    Layout: check the architecture (else kill), load the call's number, deny x32 numbers
+    (x86_64), then one JEQ per denied number (to the EPERM return) and one per call with
+    an argument rule (to its block after the three returns); a block loads the argument
+    and returns EPERM or allow by its values. BPF jumps only forward, by at most 255."""
     machine = os.uname().machine
     if machine not in _DENIED:
         return None
     arch, table = _DENIED[machine]
     numbers = sorted({nr for name, nr in table.items() if name not in exempt})
+    ruled = [  # (number, argument, values, return when one matches, return otherwise)
+        (nrs[machine], arg, values, _RET_ERRNO_EPERM, _RET_ALLOW)
+        for name, (nrs, arg, values) in sorted(_DENIED_IF_ARG.items()) if name not in exempt
+    ] + [
+        (nrs[machine], arg, values, _RET_ALLOW, _RET_ERRNO_EPERM)
+        for name, (nrs, arg, values) in sorted(_DENIED_UNLESS_ARG.items()) if name not in exempt
+    ]
     prog = [None, None, _insn(_LD_W_ABS, 0, 0, 0)]  # [0] load arch, [1] check it, [2] load nr
     if machine == "x86_64":
         prog.append(None)  # x32 ABI numbers (bit 30 set) are denied wholesale
     first_jeq = len(prog)
-    n = len(numbers)
-    allow_at = first_jeq + n
+    allow_at = first_jeq + len(numbers) + len(ruled)
     deny_at = allow_at + 1
     kill_at = deny_at + 1
-    for i, nr in enumerate(numbers):
-        at = first_jeq + i
-        prog.append(_insn(_JEQ_K, deny_at - at - 1, 0, nr))
+    block_at = kill_at + 1
+    for nr in numbers:
+        prog.append(_insn(_JEQ_K, _jump(deny_at - len(prog) - 1), 0, nr))
+    blocks = []
+    for nr, arg, values, on_match, otherwise in ruled:
+        prog.append(_insn(_JEQ_K, _jump(block_at + len(blocks) - len(prog) - 1), 0, nr))
+        n = len(values)
+        blocks.append(_insn(_LD_W_ABS, 0, 0, _ARGS_OFFSET + 8 * arg))  # the low 32 bits
+        blocks += [_insn(_JEQ_K, _jump(n - i), 0, value) for i, value in enumerate(values)]
+        blocks += [_insn(_RET_K, 0, 0, otherwise), _insn(_RET_K, 0, 0, on_match)]
     prog.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
     prog.append(_insn(_RET_K, 0, 0, _RET_ERRNO_EPERM))
     prog.append(_insn(_RET_K, 0, 0, _RET_KILL_PROCESS))
+    prog += blocks
     prog[0] = _insn(_LD_W_ABS, 0, 0, 4)
-    prog[1] = _insn(_JEQ_K, 0, kill_at - 2, arch)
+    prog[1] = _insn(_JEQ_K, 0, _jump(kill_at - 2), arch)
     if machine == "x86_64":
-        prog[3] = _insn(_JGE_K, deny_at - 4, 0, 0x40000000)
+        prog[3] = _insn(_JGE_K, _jump(deny_at - 4), 0, 0x40000000)
     return b"".join(prog)
+
+
+def _jump(offset):
+    if not 0 <= offset <= 255:
+        raise ValueError(f"seccomp filter too long for an 8-bit jump ({offset})")
+    return offset
 
 
 class _Fprog(ctypes.Structure):

@@ -11,7 +11,7 @@ name lookup, no call other than those four constructors, no attribute access.
   only equal to a list, a tuple to a tuple, a dict to a dict.
 - **Numbers compare by value**, as Python does: `1 == 1.0 == True`. Floats are exact
   (no tolerance): the program is deterministic, so its float output is one exact value.
-- **nan equals nan**, at any depth (`[nan] == [nan]`, `{'a': nan}`): a program that
+- **nan equals nan**, at any depth (`[nan] == [nan]`, `{'a': nan}`, `{nan}`, `{nan: 1}`): a program that
   returns nan deterministically has a well-defined output, and a student who predicts
   nan is right. (Python's own `==` says False unless both are the same object.)
 - Dict key order is irrelevant (Python agrees); sets compare as Python sets.
@@ -42,6 +42,37 @@ def read_value(text: str) -> Any:
     except (RecursionError, MemoryError) as err:  # CPython's bare answer to deep nesting: name its limits
         raise NotAValue(f"nested too deeply to read ({type(err).__name__}): at most about 3000 nested operators "
                         "and 200 nested brackets") from None
+    except (SyntaxError, ValueError, TypeError, OverflowError) as err:
+        raise NotAValue(f"{type(err).__name__}: {err}") from None
+
+
+def read_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The (args, kwargs) of the argument list `text` (what goes between the parentheses of
+    `f(...)`) when every argument is a value `read_value` accepts; NotAValue otherwise.
+
+    Parsed as the call `f(<text>)`: anything that is not exactly one such call of `f` with
+    plain positional and keyword arguments (a closing parenthesis smuggled into the text,
+    `*args`, `**kwargs`, a keyword given twice) is not an argument list of values."""
+    try:
+        tree = compile(f"f(\n{text.strip()}\n)", "<unknown>", "eval", ast.PyCF_ONLY_AST)
+        call = tree.body
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"
+                and call.func.col_offset == 0 and call.func.lineno == 1):
+            raise NotAValue("not one argument list")
+        if any(isinstance(arg, ast.Starred) for arg in call.args):
+            raise NotAValue("*arguments are not values")
+        kwargs: dict[str, Any] = {}
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                raise NotAValue("**arguments are not values")
+            if keyword.arg in kwargs:
+                raise NotAValue(f"keyword {keyword.arg!r} is given twice")
+            kwargs[keyword.arg] = _build(keyword.value)
+        return tuple(_build(arg) for arg in call.args), kwargs
+    except NotAValue:
+        raise
+    except (RecursionError, MemoryError) as err:
+        raise NotAValue(f"nested too deeply to read ({type(err).__name__})") from None
     except (SyntaxError, ValueError, TypeError, OverflowError) as err:
         raise NotAValue(f"{type(err).__name__}: {err}") from None
 
@@ -113,16 +144,51 @@ def values_equal(a: Any, b: Any, ordered_dicts: bool = False) -> bool:
     if ta is dict or tb is dict:
         if ta is not tb or len(a) != len(b):
             return False
-        if ordered_dicts and list(a) != list(b):
-            return False
+        if ordered_dicts:
+            return all(values_equal(ka, kb) and values_equal(va, vb, True)
+                       for (ka, va), (kb, vb) in zip(a.items(), b.items()))
         for key, value in a.items():
-            if key not in b or not values_equal(value, b[key], ordered_dicts):
+            if key in b:
+                if not values_equal(value, b[key]):
+                    return False
+            elif not _holds_nan(key) or not any(values_equal(key, k) and values_equal(value, v)
+                                                 for k, v in b.items()):
                 return False
         return True
+    if ta in (set, frozenset) and tb in (set, frozenset):
+        return len(a) == len(b) and (a == b or _match_all(list(a), list(b)))
     try:
         return bool(a == b)
     except Exception:  # an exotic __eq__ (only possible inside a worker) is simply unequal
         return False
+
+
+def _match_all(a: list[Any], b: list[Any]) -> bool:
+    """Whether the members of two sets pair up by values_equal. Python's set equality looks
+    members up by hash and identity, so two NaNs (or tuples holding them) never match; only
+    sets that hold a NaN get here with different members, and they are small in practice."""
+    if not any(map(_holds_nan, a)):
+        return False
+    left = list(b)
+    for x in a:
+        for i, y in enumerate(left):
+            if values_equal(x, y):
+                del left[i]
+                break
+        else:
+            return False
+    return True
+
+
+def _holds_nan(value: Any, depth: int = 0) -> bool:
+    """Whether a hashable value is or contains a float NaN (complex parts included)."""
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, complex):
+        return math.isnan(value.real) or math.isnan(value.imag)
+    if type(value) in (tuple, frozenset) and depth < 100:
+        return any(_holds_nan(item, depth + 1) for item in value)
+    return False
 
 
 _ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
@@ -143,6 +209,35 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     if kind is dict:
         return all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
     return False
+
+
+_VALUE_TYPES = _ATOMS | {complex}
+
+
+def built_of_values(value: Any, limit: int = 1_000_000) -> bool:
+    """True if `value` is built only of exact built-in value types (atoms, complex, list,
+    tuple, set, frozenset, dict), at most `limit` of them: then its repr runs no code but
+    CPython's. Iterative, so depth costs no recursion; a cycle is allowed here and caught
+    when its repr ('[[...]]') fails to read back."""
+    stack, seen = [value], set()
+    while stack:
+        limit -= 1
+        if limit < 0:
+            return False
+        item = stack.pop()
+        kind = type(item)
+        if kind in _VALUE_TYPES:
+            continue
+        if kind in _CONTAINERS or kind is dict:
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            stack.extend(item.keys() if kind is dict else item)
+            if kind is dict:
+                stack.extend(item.values())
+            continue
+        return False
+    return True
 
 
 def reprs_equal(a: str, b: str, ordered_dicts: bool = False) -> bool:

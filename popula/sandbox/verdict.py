@@ -1,8 +1,10 @@
 """From run results to a VerifyResult: determinism, outputs, and judging by value.
 
 Run results are what a worker child reported (JSON): {"ok": [repr, ...]} or
-{"err": reason, "detail": text}. The child ran hostile code, so its report is checked
-for shape before it is believed.
+{"err": reason, "detail": text}, either with "seeded": true when the run read a masked id
+or hash. The child ran hostile code, so its report is checked for shape before it is
+believed, and every output is parsed here as a value: nothing a job says is taken as a
+verdict.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from popula.records import REASONS, VerifyResult
-from popula.sandbox.plan import Plan, hidden_split
+from popula.sandbox.plan import Plan, hidden_split, not_a_value
 from popula.sandbox.values import NotAValue, read_value, reprs_equal, values_equal
 
 RunResult = dict[str, Any]
@@ -23,11 +25,12 @@ _RESOURCE_REASONS = ("timeout", "memory", "output_too_large")
 def checked(result: Any) -> RunResult:
     """A child's report if it has the documented shape, else a runtime_error."""
     if isinstance(result, dict):
+        seeded = {"seeded": True} if result.get("seeded") is True else {}
         ok = result.get("ok")
         if isinstance(ok, list) and all(isinstance(x, str) for x in ok):
-            return {"ok": ok}
+            return {"ok": ok, **seeded}
         if result.get("err") in REASONS:
-            return {"err": result["err"], "detail": str(result.get("detail", ""))[:1000]}
+            return {"err": result["err"], "detail": str(result.get("detail", ""))[:1000], **seeded}
     return {"err": "runtime_error", "detail": "the sandboxed process sent a malformed result"}
 
 
@@ -36,8 +39,10 @@ def _short(text: str, n: int = 80) -> str:
 
 
 def validation(runs: list[RunResult], inputs: list[str]) -> tuple[str | None, str, list[str]]:
-    """(reason, detail, outputs) from the validation runs of one task (two or more, each
-    in a different worker: different hash seed, address layout and identity masks)."""
+    """(reason, detail, outputs) from the runs of one job (a task's validation, or an
+    answer's): one or more, each in a different worker (different hash seed, address
+    layout and identity masks); they must agree value for value, and every output must
+    read back as a value. `inputs` names the input of a disagreement."""
     if all("ok" in r for r in runs):
         first = runs[0]["ok"]
         if any(len(r["ok"]) != len(inputs) for r in runs):
@@ -50,6 +55,8 @@ def validation(runs: list[RunResult], inputs: list[str]) -> tuple[str | None, st
                         f"input {i} ({_short(inputs[i], 40)}) gave {_short(x)} in one run and {_short(y)} in another",
                         [],
                     )
+        if (bad := not_a_value(tuple(first))) is not None:
+            return bad.reason, bad.detail, []
         return None, "", list(first)
     failures = [r for r in runs if "err" in r]
     for reason in _RESOURCE_REASONS:
@@ -65,11 +72,12 @@ def validation(runs: list[RunResult], inputs: list[str]) -> tuple[str | None, st
     return runs[0]["err"], runs[0]["detail"], []
 
 
-def judge(plan: Plan, outputs: list[str], answer_run: RunResult | None) -> tuple[bool, str | None, str]:
+def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple[bool, str | None, str]:
     """(correct, answer_reason, answer_detail): the answer judged by value against outputs.
 
-    answer_reason is None when the answer ran and was compared; otherwise it says why the
-    answer could not produce a value (syntax, forbidden, timeout, runtime_error, ...).
+    answer_reason is None when the answer produced a value that was compared; otherwise it
+    says why it could not (not_a_value, syntax, forbidden, timeout, runtime_error,
+    nondeterministic: its runs disagreed, ...).
     """
     if plan.answer_rejection is not None:
         return False, plan.answer_rejection.reason, plan.answer_rejection.detail
@@ -79,18 +87,19 @@ def judge(plan: Plan, outputs: list[str], answer_run: RunResult | None) -> tuple
             return values_equal(plan.answer_value, read_value(outputs[0])), None, ""
         except NotAValue:
             return False, None, "the task output is not a value"
-    if answer_run is None:
+    if not answer_runs:
         raise AssertionError("an answer that needs a run has no run result")
-    if "err" in answer_run:
-        return False, answer_run["err"], answer_run["detail"]
-    got = answer_run["ok"]
-    expected = outputs[hidden_split(len(outputs)) :] if record.type == "code_f" else outputs[:1]
-    if len(got) != len(expected):
-        return False, "runtime_error", "the answer produced a wrong number of outputs"
+    if record.type == "code_f":
+        expected, inputs = outputs[hidden_split(len(outputs)) :], record.inputs[hidden_split(len(outputs)) :]
+    else:
+        expected, inputs = outputs[:1], [record.answer or ""]
+    reason, detail, got = validation(answer_runs, inputs)
+    if reason is not None:
+        return False, reason, detail
     return all(map(reprs_equal, got, expected)), None, ""
 
 
-def assemble(plan: Plan, runs: list[RunResult], answer_run: RunResult | None) -> VerifyResult:
+def assemble(plan: Plan, runs: list[RunResult], answer_runs: list[RunResult]) -> VerifyResult:
     record = plan.record
     if plan.invalid is not None:
         return VerifyResult(id=record.id, valid=False, reason=plan.invalid.reason, detail=plan.invalid.detail)  # type: ignore[arg-type]
@@ -102,5 +111,5 @@ def assemble(plan: Plan, runs: list[RunResult], answer_run: RunResult | None) ->
         outputs = list(record.outputs)
     result = VerifyResult(id=record.id, valid=True, outputs=outputs)
     if record.answer is not None:
-        result.correct, result.answer_reason, result.answer_detail = judge(plan, outputs, answer_run)
+        result.correct, result.answer_reason, result.answer_detail = judge(plan, outputs, answer_runs)
     return result

@@ -24,14 +24,16 @@ benchmarks/verifier_throughput.py measures the whole verifier.
 
 Each child, before touching task code, jails itself with the operating system (the
 security boundary; the Python policy in rules.py/policy.py is the second line):
-- its own process group (the supervisor kills the whole group on a wall-clock timeout);
+- its own process group, which it cannot leave (the supervisor kills it by pid and by
+  group on a wall-clock timeout), and death with its parent, which it cannot undo;
 - chroot into an empty read-only directory, a uid and gid of its own (different from
   every other worker's and from any real user's), no supplementary groups: it can read,
   write and signal nothing;
 - RLIMIT_CPU, RLIMIT_AS (memory), RLIMIT_FSIZE=0, RLIMIT_NPROC=0 (no fork, no
   threads), RLIMIT_CORE=0, RLIMIT_NOFILE;
 - a seccomp filter (seccomp.py): no sockets, signals to others, ptrace, fork/exec,
-  namespaces, mounts, bpf/perf/io_uring;
+  namespaces, mounts, bpf/perf/io_uring, setpgid/setsid, prctl, fd signal ownership
+  (F_SETOWN & co.), other processes' limits or scheduling;
 - no network: the worker unshared a fresh, empty network namespace at start where the
   kernel allows it (the seccomp filter denies sockets either way);
 - every fd closed except /dev/null on 0-2 and its own result pipe;
@@ -43,16 +45,19 @@ CLI). Only the explicit `isolation: "none"` skips chroot and the uid change.
 Determinism: a task's validation runs happen in *different* workers (different hash
 seeds, so string hashes and set order differ; different address-space layouts, so id()
 and default reprs differ); each child also shifts its heap by a random number of small
-allocations. `id()` and `hash()` of identity- or seed-hashed objects are XOR-ed with a
-mask that is complemented between a task's even and odd runs, so `hash(object()) % 2`
-or `id(x) % 2` differ between the two runs for certain, not with probability 1/2.
+allocations. `id()` and `hash()` of identity- or seed-hashed objects are XOR-ed with
+masks the pool picks per run (complements in a task's first two runs, fresh later), and a
+run that reads them says so, which gets the task more runs (_identity_builtins).
 
 Protocol with the pool (the two pipe fds named in CONFIG_JSON): frames of a 4-byte
 big-endian length and a payload. Pool -> worker: marshal of a list of jobs
-(job_id, kind, program_code, arg_codes, expr_code, variant); an arg code is the code of
-a lambda returning (args, kwargs) (see policy.compile_argument_lists); variant picks the
-identity mask. Worker -> pool: marshal of a list of (job_id, result_json_bytes), where
-the JSON is {"ok": [repr, ...]} or {"err": reason, "detail": text}. The worker's first
+(job_id, kind, program_code, arg_lists, id_mask, hash_mask). For kind "run" an arg list
+is the code of a lambda returning (args, kwargs) (a teacher's input, see
+policy.compile_argument_lists); for kind "call" it is the (args, kwargs) values
+themselves (a code_i answer, parsed by the pool). Worker -> pool: marshal of a list of
+(job_id, result_json_bytes), where the JSON is {"ok": [repr, ...]} or
+{"err": reason, "detail": text}, with "seeded": true when the run read a masked id or
+hash. The worker's first
 frame is its JSON hello: {"pid", "hash_probe", "warnings"} or {"jail_error": text}.
 """
 
@@ -89,6 +94,7 @@ _DEVNULL = os.open(os.devnull, os.O_RDWR)
 _IMMUTABLE_VALUES = (int, float, complex, str, bytes, bool, type(None), frozenset, tuple)
 _ID_BITS = (1 << 64) - 1
 _PATIENCE_S = 0.005  # see _supervise
+_REAP_GRACE_S = 1.0  # see _reap; within the second per job the pool allows beyond wall_s
 _HASH_BITS = (1 << 61) - 1
 
 
@@ -241,6 +247,9 @@ def _module_tables(warnings):
 
     Kept: public callables, classes and immutable values; mutable containers are copied
     per job (see _job_builtins); anything else (e.g. decimal.DefaultContext) is left out.
+    Of the dunders, a copy has the real module's __name__ and __doc__, and its __all__
+    (when that is a list or tuple of names) less the names the copy leaves out, so that
+    `from string import *` imports what the copy holds.
     """
     real = {}
     for name in sorted(rules.ALLOWED_MODULES):
@@ -263,6 +272,11 @@ def _module_tables(warnings):
                 table[key] = value
             elif isinstance(value, (list, dict, set)):
                 table[key] = value  # copied per job
+        if isinstance(module.__doc__, str):
+            table["__doc__"] = module.__doc__
+        public = getattr(module, "__all__", None)
+        if isinstance(public, (list, tuple)) and all(isinstance(n, str) for n in public):
+            table["__all__"] = type(public)(n for n in public if n in table)  # a list is copied per job
         tables[name] = table
     tables["functools"].update(_safe_functools())
     return tables
@@ -287,7 +301,8 @@ def _safe_functools():
         check(assigned, updated)
         return real_wraps(wrapped)
 
-    return {"update_wrapper": update_wrapper, "wraps": wraps}
+    return {"update_wrapper": _like_builtin(update_wrapper, real_update, "functools"),
+            "wraps": _like_builtin(wraps, real_wraps, "functools")}
 
 
 def _hidden(name, _allowed=rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES):
@@ -297,31 +312,108 @@ def _hidden(name, _allowed=rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCOR
     return (name.startswith("_") and name not in _allowed) or name in rules.FRAME_ATTRIBUTES
 
 
+def _like_builtin(func, real, module="builtins"):
+    """`func`, a stand-in for the builtin `real`, named and documented as `real` is."""
+    func.__name__, func.__qualname__, func.__doc__ = real.__name__, real.__qualname__, real.__doc__
+    func.__module__ = module
+    if hasattr(real, "__text_signature__"):  # C functions only (None where they have several)
+        func.__text_signature__ = real.__text_signature__
+    return func
+
+
+def _missing(name):
+    return AttributeError(f"attribute {name!r} is not accessible in the sandbox")
+
+
+def _format_checks():
+    """(checked_format_read, checked): str.format and str.format_map with their templates'
+    fields checked when they are called (rules.hidden_format_field, with _hidden's rule).
+
+    Both methods read attributes of their arguments by names written in the template
+    ('{0.gi_frame}'), at C level, past getattr. policy.py compiles every read of
+    .format/.format_map on anything but a literal template as checked_format_read(obj, name)
+    (the task's builtin rules.FORMAT_CHECKER), and the sandbox's getattr passes what it
+    reads through `checked` as well: whatever the route (`t.format`, `str.format`, a str
+    subclass, `super().format`, getattr, a bound method kept for later), what the task gets
+    is str's method wrapped in the check, or the attribute itself when it is not str's
+    method. A field that reads a hidden attribute raises AttributeError, as a missing
+    attribute does; index fields ('{0[1]}') pass."""
+    real_getattr, hidden_field = builtins.getattr, rules.hidden_format_field
+    str_format, str_format_map = str.format, str.format_map
+    builtin_method = type("".join)
+
+    def check(template):
+        name = hidden_field(template, _hidden)
+        if name is not None:
+            raise _missing(name)
+
+    def format(*args, **kwargs):  # noqa: A001  (str.format, unbound)
+        if args and isinstance(args[0], str):
+            check(args[0])
+        return str_format(*args, **kwargs)
+
+    def format_map(*args, **kwargs):  # str.format_map, unbound
+        if args and isinstance(args[0], str):
+            check(args[0])
+        return str_format_map(*args, **kwargs)
+
+    unbound = {"format": format, "format_map": format_map}
+    for func, real in ((format, str_format), (format_map, str_format_map)):
+        func.__qualname__, func.__doc__ = real.__qualname__, real.__doc__  # 'str.format', ...
+
+    def bound(template, name):
+        method = unbound[name]
+
+        def format(*args, **kwargs):  # noqa: A001  (template.format / template.format_map)
+            return method(template, *args, **kwargs)
+
+        format.__name__, format.__qualname__, format.__doc__ = name, method.__qualname__, method.__doc__
+        return format
+
+    def checked(value):
+        if value is str_format:
+            return unbound["format"]
+        if value is str_format_map:
+            return unbound["format_map"]
+        if type(value) is builtin_method and value.__name__ in unbound and isinstance(value.__self__, str):
+            return bound(value.__self__, value.__name__)
+        return value
+
+    def checked_format_read(obj, name):
+        if name not in unbound:  # the policy's calls name these two only
+            raise _missing(name)
+        return checked(real_getattr(obj, name))
+
+    return checked_format_read, checked
+
+
 def _make_builtins():
-    """The builtins every job starts from (a fresh dict per job, see _job_builtins)."""
+    """The builtins every job starts from (a fresh dict per job, see _job_builtins).
 
-    def missing(name):
-        return AttributeError(f"attribute {name!r} is not accessible in the sandbox")
-
+    getattr, setattr, delattr and hasattr are Python functions that treat hidden names
+    (_hidden) as missing attributes, named and documented as CPython's (_like_builtin);
+    `print` is CPython's own: a job's stdout is /dev/null (its batch parent's fds 0-2),
+    and no file object is reachable from a task, so `print(..., file=x)` writes only to
+    an object the task made itself."""
+    missing = _missing
     real_getattr, real_setattr = builtins.getattr, builtins.setattr
     real_delattr, real_hasattr = builtins.delattr, builtins.hasattr
+    checked_format_read, checked = _format_checks()
+    format_methods = rules.FORMAT_METHODS
 
     import abc
 
-    def traverses(obj, name):
-        # str.format/format_map walk attribute chains ('{0.gi_frame}'): only reachable
-        # from a computed name, since the static check allows .format on literals only.
+    def registry(obj, name):
         # ABCMeta.register changes isinstance for the whole (job's) process.
-        if name in ("format", "format_map"):
-            return isinstance(obj, str) or obj is str
         return name == "register" and isinstance(obj, abc.ABCMeta)
 
     def safe_getattr(obj, name, *default):  # a private name behaves as a missing attribute
-        if _hidden(name) or traverses(obj, name):
+        if _hidden(name) or registry(obj, name):
             if default:
                 return default[0]
             raise missing(name)
-        return real_getattr(obj, name, *default)
+        value = real_getattr(obj, name, *default)
+        return checked(value) if name in format_methods else value
 
     def safe_setattr(obj, name, value):
         if _hidden(name):
@@ -334,20 +426,23 @@ def _make_builtins():
         return real_delattr(obj, name)
 
     def safe_hasattr(obj, name):
-        return False if _hidden(name) or traverses(obj, name) else real_hasattr(obj, name)
+        return False if _hidden(name) or registry(obj, name) else real_hasattr(obj, name)
 
-    def quiet_print(*args, **kwargs):
-        """Output is discarded: a task's result is its return value, and floods cost nothing."""
-
+    # print writes to sys.stdout (/dev/null in a job) through its 8 KB buffer (0.3 us a
+    # call; unbuffered, each call would be a write(2)), encoded as CPython's stdout is in a
+    # UTF-8 locale: printing a lone surrogate raises UnicodeEncodeError there too (the
+    # worker's environment has no locale of its own)
+    if sys.stdout is not None and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8", errors="strict", line_buffering=False, write_through=False)
     safe = {k: v for k, v in vars(builtins).items() if k not in rules.REMOVED_BUILTINS}
     safe.update(
         __build_class__=builtins.__build_class__,
-        getattr=safe_getattr,
-        setattr=safe_setattr,
-        delattr=safe_delattr,
-        hasattr=safe_hasattr,
-        print=quiet_print,
+        getattr=_like_builtin(safe_getattr, real_getattr),
+        setattr=_like_builtin(safe_setattr, real_setattr),
+        delattr=_like_builtin(safe_delattr, real_delattr),
+        hasattr=_like_builtin(safe_hasattr, real_hasattr),
     )
+    safe[rules.FORMAT_CHECKER] = checked_format_read
     return safe
 
 
@@ -355,10 +450,17 @@ def _make_builtins():
 
 
 def _stable_hash(obj, depth=0):
-    """Whether CPython's hash(obj) is the same in every process (no seed, no address)."""
+    """Whether CPython's hash(obj) is the same in every process (no seed, no address).
+
+    Not None (3.11 hashes it by address) and not a NaN (hashed by the object's address
+    since 3.10): those count as identity, like object()."""
     kind = type(obj)
     if kind in _STABLE_HASH_TYPES:
-        return True
+        if kind is float or kind is complex:
+            return obj == obj
+        return obj is not None or _NONE_HASH_STABLE
+    if kind in _NAN_HASHED_TYPES:
+        return not obj.is_nan()
     if kind in (tuple, frozenset) and depth < 50:
         return all(_stable_hash(item, depth + 1) for item in obj)
     # a task's own class with its own __hash__: its result is the task's business (a
@@ -366,43 +468,59 @@ def _stable_hash(obj, depth=0):
     return getattr(kind, "__module__", None) == rules.TASK_MODULE_NAME and kind.__hash__ is not object.__hash__
 
 
-def _identity_builtins(variant, cfg):
-    """id() and hash() whose process-dependent values differ in every bit between variants.
+# The identity masks of the running job and whether it used them: set in each job's child
+# from its job (see _identity_builtins); the worker's own copy is never read by a job.
+_MASKS = [0, 0, b"\0" * 8, 0x7F0000000000, 16]  # id mask, hash mask, digest key, id base, id stride
+_SEEDED = [False]
+
+
+def _set_masks(id_mask, hash_mask):
+    """The run's masks, and what follows from them: a digest key and an id() counter's base
+    and stride that a run and its complement share (so equal programs agree within that
+    pair) and later runs draw afresh (so `hash(a) ^ hash(b)` or `id(a) - id(b)`, where the
+    masks cancel, still differ)."""
+    shared = min(hash_mask, hash_mask ^ _HASH_BITS)
+    _MASKS[:] = [id_mask, hash_mask, shared.to_bytes(8, "little"),
+                 0x7F0000000000 + (shared & 0xFFFFF) * 4096, 16 * (1 + (shared >> 20) % 64)]
+
+
+def _identity_builtins():
+    """id() and hash() whose process-dependent values are masked per run, and reported.
 
     The real values differ between two processes at random (addresses, hash seeds), so a
     1-bit output such as `hash(object()) % 2` would agree half the time. Instead, id(x)
-    is a per-run counter in order of first request (the same in both runs of a
-    deterministic program), and hash(x) of a seed- or address-hashed value is a
-    seed-free digest of its content (str, bytes, tuples/frozensets of them) or that
-    counter (identity-hashed objects); both are XOR-ed with a mask that even variants use
-    and odd variants complement. So any output computed from them (parity, order, value
-    mod n) differs between a task's two runs, and the task is rejected as
-    nondeterministic. Stable hashes (ints, floats, tuples of them) are CPython's own.
-    Equal values keep equal hashes; live objects keep distinct ids.
+    is a per-run counter in order of first request (the same in every run of a
+    deterministic program), and hash(x) of a seed- or address-hashed value is a keyed
+    digest of its content (str, bytes, tuples/frozensets of them) or that counter
+    (identity-hashed objects, None, NaN); both are XOR-ed with the run's masks, which the
+    pool chooses per task and run: the second run's are the complement of the first's (so
+    any single bit differs for certain), later runs' are fresh random (so any combination of
+    bits differs with probability 1/2 per run). A run that reads a masked value says so
+    (`"seeded": true` in its result) and the pool gives the task more runs: no output can
+    depend on a mask and pass. Stable hashes (ints, floats, tuples of them) are CPython's
+    own. Equal values keep equal hashes; live objects keep distinct ids.
     """
     from _blake2 import blake2b  # hashlib's own; hashlib itself would load OpenSSL into the worker
 
-    id_mask, hash_mask = cfg["id_mask"], cfg["hash_mask"]
-    if variant % 2:
-        id_mask, hash_mask = id_mask ^ _ID_BITS, hash_mask ^ _HASH_BITS
+    masks, seeded = _MASKS, _SEEDED
     real_id, real_hash = builtins.id, builtins.hash
     counters = {}
 
     def pseudo_id(obj):
         key = real_id(obj)
         if key not in counters:
-            counters[key] = 0x7F0000000000 + 16 * len(counters)
+            counters[key] = masks[3] + masks[4] * len(counters)
         return counters[key]
 
     def digest(obj, depth=0):
         kind = type(obj)
-        if kind in _STABLE_HASH_TYPES:
+        if _stable_hash(obj):
             return real_hash(obj)
         if kind is str:
             obj = obj.encode("utf-8", "surrogatepass")
             kind = bytes
         if kind is bytes:
-            return int.from_bytes(blake2b(obj, digest_size=8).digest(), "little") & _HASH_BITS
+            return int.from_bytes(blake2b(obj, digest_size=8, key=masks[2]).digest(), "little") & _HASH_BITS
         if kind is tuple and depth < 50:
             value = 0x345678
             for item in obj:
@@ -414,19 +532,21 @@ def _identity_builtins(variant, cfg):
                 value ^= digest(item, depth + 1)
             return value
         real_hash(obj)  # raises TypeError for unhashable values, as CPython does
-        if kind.__hash__ is object.__hash__ or isinstance(obj, type):
+        if kind.__hash__ is object.__hash__ or isinstance(obj, type) or kind in _IDENTITY_HASHED:
             return pseudo_id(obj) >> 4
         return real_hash(obj) & _HASH_BITS
 
     def id(obj):  # noqa: A001
-        return pseudo_id(obj) ^ id_mask
+        seeded[0] = True
+        return pseudo_id(obj) ^ masks[0]
 
     def hash(obj):  # noqa: A001
         if _stable_hash(obj):
             return real_hash(obj)
-        return digest(obj) ^ hash_mask
+        seeded[0] = True
+        return digest(obj) ^ masks[1]
 
-    return {"id": id, "hash": hash}
+    return {"id": _like_builtin(id, real_id), "hash": _like_builtin(hash, real_hash)}
 
 
 def _importer(tables, made):
@@ -460,7 +580,7 @@ class _Prepared:
     Copying builtins and module tables in the child wrote a reference count into every
     object it copied, and each such write costs a copy-on-write page fault in a fresh
     child: most of a job's cost. Built here instead, they are shared read-only pages:
-    per variant a builtins dict (identity masks included), and one set of module copies
+    the builtins dict (identity builtins included), and one set of module copies
     for a job's first input. A job's later inputs get fresh copies built on import (so no
     input sees another's changes to a module); the first input's copies are fresh too,
     since every job starts from this worker's untouched memory in a process of its own.
@@ -468,15 +588,15 @@ class _Prepared:
 
     def __init__(self, base, tables, cfg):
         self.tables = tables
-        self.builtins = [dict(base, **_identity_builtins(v, cfg)) for v in (0, 1)]
+        self.builtins = dict(base, **_identity_builtins())
         self.first_made = {}
         first = _importer(tables, self.first_made)
         for name in sorted(tables):
             first(name, fromlist=("_",))
 
-    def builtins_for(self, variant, first):
-        """The builtins of one input (the variant's dict, with this input's importer)."""
-        fresh = self.builtins[variant % 2]
+    def builtins_for(self, first):
+        """The builtins of one input (with this input's importer)."""
+        fresh = self.builtins
         fresh["__import__"] = _importer(self.tables, self.first_made if first else {})
         return fresh
 
@@ -499,10 +619,14 @@ def _jail_batch(cfg):
     It stays root (so it can give each job's child the job uid, and so no job, which never
     has uid 0, can signal, prlimit, renice or ptrace it), but inside the empty chroot, with
     no supplementary groups, the memory/file/core/fd limits, and a seccomp filter that
-    denies everything a job's filter denies except fork, kill and the uid switch.
+    denies everything a job's filter denies except fork, kill, setpgid, prctl, setrlimit and
+    the uid switch (seccomp.BATCH_PARENT_NEEDS). SIGCHLD stays blocked: _reap waits for a
+    job's exit with sigtimedwait, without a handler (a job's child inherits the mask, and
+    has no child of its own to be told about).
     """
     os.setpgid(0, 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails with an error instead
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGCHLD,))
     if cfg["chroot"]:
         os.chroot(cfg["jail_dir"])
         os.chdir("/")
@@ -527,8 +651,10 @@ def _jail_job(cfg, parent_pid):
     its own process group, the job uid/gid (real, effective and saved: it can never get
     root back), dies with its batch parent, may not create processes or threads
     (RLIMIT_NPROC=0) nor burn more than its CPU limit, and stacks a second seccomp filter
-    denying what the batch parent's still allowed (fork, kill, uid change): together,
-    the full list of seccomp.py.
+    denying what the batch parent's still allowed (fork, kill, uid change, setpgid, prctl,
+    setrlimit): together, the full list of seccomp.py. From then on it cannot leave its
+    process group, start a session, clear its parent-death signal or aim SIGIO anywhere,
+    so the supervisor's kill (_supervise) always finds it and nothing of it outlives it.
     """
     os.setpgid(0, 0)
     if cfg["chroot"]:
@@ -575,7 +701,12 @@ def _jitter_heap():
 
 
 def _represent(value, limit):
-    """The repr of `value` if it reads back as an equal built-in value, else an error."""
+    """The repr of `value` if it is built of built-in values only, else an error.
+
+    The shape is checked before repr runs, so no code of the task runs while its output is
+    written (a task's own __repr__ could change the value between the write and a check)."""
+    if not values.built_of_values(value):
+        return None, ("unrepresentable", f"the output is not a plain value (it holds a {_type_name(value)})")
     try:
         text = repr(value)
     except MemoryError:
@@ -599,6 +730,16 @@ def _represent(value, limit):
     return text, None
 
 
+def _type_name(value):
+    """The name of the first type in `value` that is not a built-in value type."""
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return next((_type_name(v) for v in value if not values.built_of_values(v)), kind.__name__)
+    if kind is dict:
+        return next((_type_name(v) for kv in value.items() for v in kv if not values.built_of_values(v)), "dict")
+    return str(getattr(kind, "__qualname__", "object"))[:60]
+
+
 def _describe(err):
     """'Type: message' of a task's exception, for its own verdict's detail (capped)."""
     try:
@@ -609,28 +750,29 @@ def _describe(err):
 
 
 def _execute(job, prepared, cfg):
-    """Run one job inside the jailed child; return the result dict."""
-    _, kind, program, arg_codes, expr, variant = job
+    """Run one job inside the jailed child; return the result dict.
+
+    A "run" job calls `f` on each argument list given as code (a teacher's inputs); a
+    "call" job on each given as values ((args, kwargs), a student's code_i answer parsed by
+    the pool): no answer text is ever run."""
+    _, kind, program, arg_lists, id_mask, hash_mask = job
+    _set_masks(id_mask, hash_mask)
     outputs = []
     try:
-        if kind == "expr":
-            scope = {"__builtins__": prepared.builtins_for(variant, True), "__name__": rules.TASK_MODULE_NAME}
-            items = [eval(expr, scope)]
-        else:
-            items = []
-            for i, arg_code in enumerate(arg_codes):
-                scope = {  # fresh per input: inputs cannot see each other's state
-                    "__builtins__": prepared.builtins_for(variant, i == 0),
-                    "__name__": rules.TASK_MODULE_NAME,
-                }
-                exec(program, scope)
-                f = scope.get("f")
-                if not callable(f):
-                    return {"err": "no_entry_function", "detail": "the program defines no callable f"}
-                packed = types.FunctionType(arg_code, scope)()
-                if not (type(packed) is tuple and len(packed) == 2 and type(packed[0]) is tuple and type(packed[1]) is dict):
-                    return {"err": "syntax", "detail": "the input is not a plain argument list"}
-                items.append(f(*packed[0], **packed[1]))
+        items = []
+        for i, arg_list in enumerate(arg_lists):
+            scope = {  # fresh per input: inputs cannot see each other's state
+                "__builtins__": prepared.builtins_for(i == 0),
+                "__name__": rules.TASK_MODULE_NAME,
+            }
+            exec(program, scope)
+            f = scope.get("f")
+            if not callable(f):
+                return {"err": "no_entry_function", "detail": "the program defines no callable f"}
+            packed = arg_list if kind == "call" else types.FunctionType(arg_list, scope)()
+            if not (type(packed) is tuple and len(packed) == 2 and type(packed[0]) is tuple and type(packed[1]) is dict):
+                return {"err": "syntax", "detail": "the input is not a plain argument list"}
+            items.append(f(*packed[0], **packed[1]))
         for item in items:
             text, err = _represent(item, cfg["max_output_chars"])
             if err:
@@ -647,9 +789,10 @@ def _encode_result(result, _string=json.encoder.encode_basestring_ascii):
     """The JSON bytes of a result dict ({"ok": [text, ...]} or {"err": reason, "detail": text}),
     written directly with the C string encoder: json.dumps builds an encoder object per call
     and touches dozens of the worker's pages, each one a copy-on-write fault in a job's child."""
+    seeded = ', "seeded": true' if result.get("seeded") else ""
     if "ok" in result:
-        return ('{"ok": [' + ", ".join(map(_string, result["ok"])) + "]}").encode()
-    return ('{"err": ' + _string(result["err"]) + ', "detail": ' + _string(result["detail"]) + "}").encode()
+        return ('{"ok": [' + ", ".join(map(_string, result["ok"])) + "]" + seeded + "}").encode()
+    return ('{"err": ' + _string(result["err"]) + ', "detail": ' + _string(result["detail"]) + seeded + "}").encode()
 
 
 def _warm_up(prepared, cfg):
@@ -659,12 +802,13 @@ def _warm_up(prepared, cfg):
     A code object's warm-up counter and inline caches are written as it runs; the helpers
     run only in job children, so each child otherwise found them cold and wrote (copied)
     the pages that hold them. The program is a constant of this file, not task code; it
-    calls neither id() nor hash() (their per-variant counters stay untouched) and imports
+    calls neither id() nor hash() (their counters stay untouched) and imports
     nothing (the first input's module copies stay as built)."""
     program = compile("def f(x, y=2.5):\n    return [x, str(x), {'a': (x, y, None, True)}]", "<warm-up>", "exec")
     arg_code = compile("lambda: ((1,), {})", "<warm-up>", "eval").co_consts[0]
     for i in range(64):
-        _encode_result(_execute((0, "run", program, [arg_code, arg_code], None, i % 2), prepared, cfg))
+        _encode_result(_execute((0, "run", program, [arg_code, arg_code], 0, 0), prepared, cfg))
+        _encode_result(_execute((0, "call", program, [((1,), {}), ((2.5, "a"), {"y": 1})], 0, 0), prepared, cfg))
 
 
 def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
@@ -678,6 +822,8 @@ def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
             _jitter_heap()
         result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
+        if _SEEDED[0]:
+            result["seeded"] = True
         try:
             data = _encode_result(result)
         except BaseException:
@@ -769,14 +915,17 @@ def _blame(status, cfg):
 
 
 def _supervise(pid, read_fd, cfg, deadline):
-    """The one result a job's child reports on its own pipe; kill its group at the wall
-    deadline or the size cap; blame its death if it reported nothing.
+    """The one result a job's child reports on its own pipe; kill it (_kill) at the wall
+    deadline or the size cap; blame its death if it reported nothing. It returns only once
+    the child is dead (_reap), so the next job of the batch never runs beside it.
 
     It first waits, without touching its own memory, for the child to close its end of
     the pipe, i.e. to exit (POLLHUP, reported whatever the mask): until then each page this
     parent writes is shared with the child and costs a copy, after it only a cheap fault.
     A child still running after _PATIENCE_S (a slow task, or a result bigger than the pipe
-    holds) is then read as its result comes.
+    holds) is then read as its result comes. No wait is unbounded: a child that closes its
+    pipe but does not exit (only a job that escaped the policy can) is killed at the
+    deadline like one that never closes it.
     """
     buffer, verdict = bytearray(), None
     poller = select.poll()
@@ -799,14 +948,15 @@ def _supervise(pid, read_fd, cfg, deadline):
         if len(buffer) > cfg["max_result_bytes"]:
             verdict = _err("output_too_large", f"result exceeds {cfg['max_result_bytes']} bytes")
             break
-    if verdict is not None:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
+    if verdict is None:
+        # its pipe is closed: it is exiting (the floor: one that closed it right at the deadline)
+        status = _reap(pid, max(deadline, time.monotonic() + _PATIENCE_S))
+        if status is None:
+            verdict = _err("timeout", f"killed after the wall-clock limit of {cfg['wall_s']} s")
     if verdict is not None:
+        _kill(pid)
+        _reap(pid, time.monotonic() + _REAP_GRACE_S)
         return verdict
     if len(buffer) >= _FRAME.size:
         (length,) = _FRAME.unpack_from(buffer)
@@ -816,6 +966,36 @@ def _supervise(pid, read_fd, cfg, deadline):
             return _blame(status, cfg)
         return _err("runtime_error", "the sandboxed process sent a malformed result")
     return _blame(status, cfg)
+
+
+def _kill(pid):
+    """SIGKILL a job's child by its pid, then its process group. The pid alone is enough
+    (a job can neither fork nor leave its group: RLIMIT_NPROC=0, seccomp); the group is
+    what would remain of it otherwise. Called only before the child is reaped, so the pid
+    (and a group of that id) is still the child's."""
+    for kill in (os.kill, os.killpg):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:  # already exited, or its group never existed
+            pass
+
+
+def _reap(pid, until):
+    """The exit status of the job's child `pid`, reaped; None if it has not exited by
+    `until` (monotonic). Waits on SIGCHLD, which the batch parent keeps blocked
+    (_jail_batch), so no handler runs and none can race the reaping.
+
+    After _kill, None means a child the kernel has not finished tearing down within
+    _REAP_GRACE_S; with SIGKILL pending it never runs another instruction of its own,
+    so the batch goes on (init adopts and reaps it when the batch parent exits)."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        left = until - time.monotonic()
+        if left <= 0:
+            return None
+        signal.sigtimedwait((signal.SIGCHLD,), left)
 
 
 def _fork():
@@ -899,10 +1079,12 @@ def _shift_address_space():
     identically, and objects reused from free lists would get equal addresses in both
     validation runs. Shifting every later mapping (pymalloc arenas included) by a random
     number of pages, and the brk heap by a random amount, keeps their addresses apart.
+    The mapping is private: a shared one would be memory that every job of the worker
+    could write and a later job read.
     """
     noise = os.urandom(4)
     pages = 1 + int.from_bytes(noise[:2], "little") % 4096
-    return [mmap.mmap(-1, pages * mmap.PAGESIZE), bytearray(1 + int.from_bytes(noise[2:], "little"))]
+    return [mmap.mmap(-1, pages * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), bytearray(1 + int.from_bytes(noise[2:], "little"))]
 
 
 def _jail_problems(cfg):
@@ -975,14 +1157,19 @@ def main():
 
 
 _STABLE_HASH_TYPES = frozenset({int, bool, float, complex, type(None)})
+_NONE_HASH_STABLE = sys.version_info >= (3, 12)  # a constant since 3.12, its address before
+_NAN_HASHED_TYPES = frozenset()  # Decimal: a NaN hashes by address (filled in by setup)
+_IDENTITY_HASHED = frozenset({type(None), float, complex})  # when _stable_hash says no: None, NaN
 
 
 def _add_stable_hash_types():
     import decimal
     import fractions
 
-    global _STABLE_HASH_TYPES
-    _STABLE_HASH_TYPES = _STABLE_HASH_TYPES | {decimal.Decimal, fractions.Fraction}
+    global _STABLE_HASH_TYPES, _NAN_HASHED_TYPES, _IDENTITY_HASHED
+    _STABLE_HASH_TYPES = _STABLE_HASH_TYPES | {fractions.Fraction}
+    _NAN_HASHED_TYPES = frozenset({decimal.Decimal})
+    _IDENTITY_HASHED = _IDENTITY_HASHED | {decimal.Decimal}
 
 
 if __name__ == "__main__":
