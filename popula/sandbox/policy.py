@@ -107,9 +107,14 @@ _SET_OPS = {_OP[n] for n in ("BUILD_SET", "SET_ADD", "SET_UPDATE") if n in _OP}
 _SET_NAMES = frozenset({"set", "frozenset", "getattr", "vars"})
 _SET_METHODS = frozenset({
     "union", "intersection", "difference", "symmetric_difference", "set", "frozenset",
-    "keys", "items", "KeysView", "ItemsView", "Set", "MutableSet", "AbstractSet", "FrozenSet",
-    "attrgetter", "methodcaller",
+    "Set", "MutableSet", "AbstractSet", "FrozenSet", "attrgetter", "methodcaller",
 })
+# Dict views and their abstract classes build a set only through an operator (`|`, `&`,
+# `-`, `^`, in place or from the operator module): they count only beside one.
+_VIEW_NAMES = frozenset({"keys", "items", "KeysView", "ItemsView"})
+_SET_OPERATOR_NAMES = frozenset({"or_", "and_", "sub", "xor", "ior", "iand", "isub", "ixor"})
+_BINARY_OP = _OP.get("BINARY_OP", -1)
+_SET_OPERATOR_ARGS = frozenset({1, 7, 10, 12, 14, 20, 23, 25})  # &, |, -, ^ and their in-place forms (3.11)
 _FORMAT_METHODS = rules.FORMAT_METHODS
 _DELETE_ATTR = _OP["DELETE_ATTR"]
 
@@ -222,7 +227,23 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
                 _check_const(const, own)
                 if isinstance(const, frozenset) or (isinstance(const, str) and const in _SET_METHODS):
                     sets = True  # a frozenset constant; a set-building name reached by string
+    if not sets and _views_with_set_operators(codes, decoded):
+        sets = True
     return sets, reads_format
+
+
+def _views_with_set_operators(codes: list[CodeType], decoded: list[list[tuple[int, int]]]) -> bool:
+    """Whether the program names a dict view (_VIEW_NAMES) and also a set operator anywhere:
+    `d.keys() | e.keys()` is a set, `for k, v in d.items()` alone builds none."""
+    names = set()
+    for code in codes:
+        names.update(code.co_names)
+        names.update(c for c in code.co_consts if isinstance(c, str))
+    if not names & _VIEW_NAMES:
+        return False
+    if names & _SET_OPERATOR_NAMES:
+        return True
+    return any(op == _BINARY_OP and arg in _SET_OPERATOR_ARGS for instructions in decoded for op, arg in instructions)
 
 
 def _mentions_checker(code: CodeType) -> bool:
