@@ -1,7 +1,9 @@
 """The operating-system jail holds even for code that got past every Python-level check.
 
 These tests run arbitrary (trusted test) code inside a child jailed exactly as a worker
-jails its children (zygote._jail, seccomp filter included, after zygote._isolate_network), standing in for a task
+jails its children (zygote._jail_batch and _jail_job, seccomp filter included, after
+zygote._isolate_network as root or zygote._enter_user_namespace as another user), both as
+root and as an unprivileged uid (tests/unprivileged.py), standing in for a task
 that found an escape from the policy: it still cannot fork, write a file, reach the
 network, signal other processes, exceed its memory or burn CPU unbounded, nor slip out of
 the reach of the supervisor that kills it (a process group or session of its choosing, no
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import popula.sandbox
+import unprivileged
 
 ZYGOTE = Path(popula.sandbox.__file__).with_name("zygote.py")
 
@@ -30,12 +33,20 @@ spec = importlib.util.spec_from_file_location("zygote_under_test", sys.argv[1])
 z = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(z)
 target, port = sys.argv[2], int(sys.argv[3])
-net_error = z._isolate_network()
-warnings = [net_error] if net_error else []
 jail = tempfile.mkdtemp()
 os.chmod(jail, 0o555)
-cfg = dict(chroot=os.geteuid() == 0, jail_dir=jail, uid=1_600_000_123, memory_bytes=256 << 20,
-           cpu_s=1, recursion_limit=1000, worker_pid=os.getpid(), seccomp=z.seccomp.build())
+userns = os.geteuid() != 0  # as the worker decides: root's jail, or the same in a user namespace
+if userns:
+    problem = z._enter_user_namespace(jail)
+    if problem:
+        print(json.dumps({"unavailable": problem}))
+        sys.exit(0)
+    warnings = []
+else:
+    net_error = z._isolate_network()
+    warnings = [net_error] if net_error else []
+cfg = dict(chroot=True, userns=userns, _capabilities=z._capability_dropper(), jail_dir=jail, uid=1_600_000_123,
+           memory_bytes=256 << 20, cpu_s=1, recursion_limit=1000, worker_pid=os.getpid(), seccomp=z.seccomp.build())
 
 def jailed(body):
     # as the worker runs a batch: a jailed batch parent forks the job's child, which adds
@@ -138,15 +149,17 @@ def burn():
 
 data, status, _, parent_alive = jailed(attacks)
 _, burn_status, burn_s, _ = jailed(burn)
-print(json.dumps({"attacks": json.loads(data), "warnings": warnings, "root": cfg["chroot"], "parent_alive": parent_alive,
+print(json.dumps({"attacks": json.loads(data), "warnings": warnings, "userns": userns, "parent_alive": parent_alive,
                   "seccomp": cfg["seccomp"] is not None,
                   "burn_signal": os.WTERMSIG(burn_status) if os.WIFSIGNALED(burn_status) else None,
                   "burn_s": burn_s}))
 """
 
 
-@pytest.fixture(scope="module")
-def report():
+@pytest.fixture(scope="module", params=["as-is", "unprivileged"])
+def report(request):
+    """The attacks' outcomes from a job jailed as root's worker jails it (when the tests run as
+    root), and as a user without root does (in a user namespace); both must hold alike."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -154,14 +167,18 @@ def report():
     os.chmod(workdir, 0o777)
     target = Path(workdir) / "written"
     try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", SCRIPT, str(ZYGOTE), str(target), str(server.getsockname()[1])],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        if request.param == "unprivileged":
+            if os.geteuid() != 0:
+                pytest.skip("the tests run unprivileged already: 'as-is' is that case")
+            zygote = unprivileged.sandbox_copy() / "popula" / "sandbox" / "zygote.py"
+            argv = [unprivileged.interpreter(), "-I", "-S", "-c", SCRIPT, str(zygote), str(target), str(server.getsockname()[1])]
+            done = unprivileged.run(argv, timeout=60)
+        else:
+            argv = [sys.executable, "-I", "-S", "-c", SCRIPT, str(ZYGOTE), str(target), str(server.getsockname()[1])]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         data = json.loads(done.stdout)
+        assert "unavailable" not in data, data["unavailable"]
         data["written"] = target.read_bytes() if target.exists() else b""
         return data
     finally:
@@ -187,27 +204,21 @@ def test_a_jailed_child_cannot_reach_the_network(report):
 
 @pytest.mark.slow
 def test_a_jailed_child_cannot_signal_other_processes(report):
-    if not report["root"]:
-        pytest.skip("without root, children keep the caller's uid")
     assert report["attacks"]["signal_parent"] == "PermissionError"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", ["kill_parent", "prlimit_parent", "renice_parent", "become_root", "read_proc", "sysv_shm"])
 def test_a_job_cannot_touch_its_batch_parent_or_leave_anything_behind(report, attack):
-    # the jobs of a batch are children of one jailed batch parent (root, in the chroot);
-    # a job has a uid of its own and the full seccomp filter: no signal, prlimit, renice
-    # or ptrace reaches the parent (and so no later job), no /proc, no SysV IPC object
-    # that could outlive the job
-    if not report["root"]:
-        pytest.skip("without root, children keep the caller's uid")
+    # the jobs of a batch are children of one jailed batch parent (in the chroot); a job has
+    # the full seccomp filter, and as root a uid of its own too (in a user namespace, the
+    # same uid and no capabilities): no signal, prlimit, renice or ptrace reaches the parent
+    # (and so no later job), no /proc, no SysV IPC object that could outlive the job
     assert report["attacks"][attack] in ("PermissionError", "FileNotFoundError"), report["attacks"]
 
 
 @pytest.mark.slow
 def test_a_job_cannot_kill_its_batch_parent_through_sigio(report):
-    if not report["root"]:
-        pytest.skip("without root, children keep the caller's uid")
     assert report["parent_alive"], report["attacks"]
 
 

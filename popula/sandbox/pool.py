@@ -29,8 +29,9 @@ values), student workers run students' code_f programs. A student's program, eve
 that escaped every Python-level check, so never finds a teacher's program or its outputs
 in its memory: the only secret it could copy from.
 
-The jail is required: if a worker cannot build it (not root, no CAP_SYS_CHROOT, ...),
-Sandbox() raises SandboxUnavailable (exit 2 in the CLI) naming what is missing. Only
+The jail is required: if a worker cannot build it (no CAP_SYS_CHROOT as root, user
+namespaces forbidden as another user, ...), Sandbox() raises SandboxUnavailable (exit 2
+in the CLI) naming what is missing. Only
 `isolation="none"` (config `sandbox.isolation: none`, or POPULA_SANDBOX_ISOLATION=none)
 runs without chroot and uid change, and says so on stderr.
 
@@ -91,12 +92,16 @@ class SandboxUnavailable(PopulaError):
 def _unavailable_message(problems: str) -> str:
     return (
         f"the sandbox cannot build its jail on this host: {problems}. Generated code runs only inside "
-        "this jail (chroot into an empty directory, a uid of its own, no network, seccomp, resource "
-        "limits). To allow it, run popula as root with CAP_SYS_CHROOT, CAP_SETUID and CAP_SETGID "
-        "(Docker grants these by default; no user namespace is needed) and either CAP_SYS_ADMIN or "
-        "seccomp for network isolation. To run WITHOUT the jail, accepting that generated code then "
-        "runs with your own user's rights, opt in explicitly: `sandbox.isolation: none` in the config "
-        f"or {ISOLATION_ENV}=none in the environment (see docs/security.md)."
+        "this jail (an empty read-only root, no network, seccomp, resource limits, a process per job). "
+        "As root it is built with chroot and a uid per worker (CAP_SYS_CHROOT, CAP_SETUID, CAP_SETGID; "
+        "Docker grants these by default). As any other user it is built inside an unprivileged user "
+        "namespace: allow those for this account (sysctl user.max_user_namespaces > 0; on Debian and "
+        "Ubuntu kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
+        "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for python3; in a "
+        "container, a seccomp profile that allows unshare and clone with CLONE_NEWUSER), or run as "
+        "root. To run WITHOUT the jail, accepting that generated code then runs with your own user's "
+        "rights, opt in explicitly: `sandbox.isolation: none` in the config or "
+        f"{ISOLATION_ENV}=none in the environment (see docs/security.md)."
     )
 
 

@@ -85,7 +85,10 @@ import values  # noqa: E402
 del sys.path[0]
 
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_SET_PDEATHSIG = 1
 Py_TPFLAGS_IMMUTABLETYPE = 1 << 8
 _FRAME = struct.Struct(">I")
@@ -123,6 +126,83 @@ def _isolate_network():
             pass
         return ""
     return f"unshare(CLONE_NEWNET): {first}"
+
+
+# A user namespace's settings that can forbid it, for the message that names the cause.
+_USERNS_SETTINGS = (
+    "/proc/sys/user/max_user_namespaces",  # 0: none for anyone
+    "/proc/sys/kernel/unprivileged_userns_clone",  # Debian/Ubuntu kernels: 0 forbids them
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",  # Ubuntu 23.10+: 1 strips their rights
+)
+
+
+def _userns_settings():
+    """'name=value' of each setting above that this host has, for error messages."""
+    found = []
+    for path in _USERNS_SETTINGS:
+        try:
+            with open(path) as fh:
+                found.append(f"{path.replace('/proc/sys/', '').replace('/', '.')}={fh.read().strip()}")
+        except OSError:
+            pass
+    return ", ".join(found) or "none of the usual settings is readable"
+
+
+def _enter_user_namespace(jail_dir):
+    """The jail's ground for a user without root: a user namespace in which this worker is
+    root (mapped to the caller's own uid and gid, the only mapping an unprivileged process may
+    write), with a mount namespace of its own in which `jail_dir` becomes an empty read-only
+    tmpfs, and an empty network namespace. '' or why not.
+
+    Inside it the worker may chroot and drop capabilities, but cannot give a job a uid of its
+    own (only one uid is mapped): the job's walls are the read-only empty root, no
+    capabilities, and the seccomp filter, which denies every call that acts on another
+    process (docs/security.md)."""
+    uid, gid = os.getuid(), os.getgid()
+    if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0:
+        err = os.strerror(ctypes.get_errno())
+        return (f"user namespaces are not available to uid {uid}: unshare(CLONE_NEWUSER) failed ({err}); "
+                f"this host's settings: {_userns_settings()}; a container's seccomp profile can also forbid them")
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+    except OSError as err:
+        return f"the user namespace's id maps could not be written ({err.strerror}); this host's settings: {_userns_settings()}"
+    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if (_LIBC.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0
+            or _LIBC.mount(b"popula-jail", os.fsencode(jail_dir), b"tmpfs", flags, b"size=4k,mode=555") != 0):
+        err = os.strerror(ctypes.get_errno())
+        return (f"a read-only empty root could not be mounted inside the user namespace ({err}); "
+                f"this host's settings: {_userns_settings()} (AppArmor's restriction strips a namespace of these rights)")
+    return ""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _capability_dropper():
+    """A call that empties the calling process's capability sets (raises OSError if refused),
+    with its ctypes objects built now, before any fork; and a check that they are empty."""
+    header, empty = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    capset, capget, get_errno = _LIBC.capset, _LIBC.capget, ctypes.get_errno
+    header_ref, empty_ref = ctypes.byref(header), ctypes.byref(empty)
+
+    def drop():
+        if capset(header_ref, empty_ref) != 0:
+            raise OSError(get_errno(), "capset: the job's capabilities could not be dropped")
+
+    def held():
+        now = (_CapData * 2)()
+        capget(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), ctypes.byref(now))
+        return any(d.effective or d.permitted or d.inheritable for d in now)
+
+    return drop, held
 
 
 def _check_aslr(warnings):
@@ -616,9 +696,11 @@ def _seccomp_installers(cfg):
 def _jail_batch(cfg):
     """What a batch parent does to itself once, for all the jobs of its batch; irreversible.
 
-    It stays root (so it can give each job's child the job uid, and so no job, which never
-    has uid 0, can signal, prlimit, renice or ptrace it), but inside the empty chroot, with
-    no supplementary groups, the memory/file/core/fd limits, and a seccomp filter that
+    As root it stays root (so it can give each job's child the job uid, and so no job, which
+    never has uid 0, can signal, prlimit, renice or ptrace it); in a user namespace (not
+    root) it drops every capability instead, and the seccomp filter is what keeps a job,
+    of the same uid, from acting on it. Either way it is inside the empty chroot, with
+    no supplementary groups (as root), the memory/file/core/fd limits, and a seccomp filter that
     denies everything a job's filter denies except fork, kill, setpgid, prctl, setrlimit and
     the uid switch (seccomp.BATCH_PARENT_NEEDS). SIGCHLD stays blocked: _reap waits for a
     job's exit with sigtimedwait, without a handler (a job's child inherits the mask, and
@@ -630,7 +712,10 @@ def _jail_batch(cfg):
     if cfg["chroot"]:
         os.chroot(cfg["jail_dir"])
         os.chdir("/")
-        os.setgroups([])
+        if cfg["userns"]:  # root of the namespace no more: no job needs a capability
+            cfg["_capabilities"][0]()
+        else:
+            os.setgroups([])
     _die_with_parent()  # a worker that dies takes its batch parent along
     if os.getppid() != cfg["worker_pid"]:
         os._exit(0)  # the worker died before we asked
@@ -657,7 +742,7 @@ def _jail_job(cfg, parent_pid):
     so the supervisor's kill (_supervise) always finds it and nothing of it outlives it.
     """
     os.setpgid(0, 0)
-    if cfg["chroot"]:
+    if cfg["chroot"] and not cfg["userns"]:
         uid = cfg["uid"]
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
@@ -883,7 +968,10 @@ def _probe_jail(cfg):
                         _jail_job(cfg, parent)
                         _jitter_heap()
                         message = b"ok"
-                        if cfg["chroot"]:
+                        if cfg["userns"]:
+                            if os.listdir("/") or cfg["_capabilities"][1]():
+                                message = b"the chroot or the dropping of capabilities did not take effect"
+                        elif cfg["chroot"]:
                             if os.listdir("/") or os.getuid() != cfg["uid"] or os.getgroups():
                                 message = b"the chroot or uid change did not take effect"
                     except BaseException as err:
@@ -1090,7 +1178,13 @@ def _shift_address_space():
 def _jail_problems(cfg):
     """What keeps this host from building the jail ('' when it can be built), checked for real."""
     problems = []
-    net_error = _isolate_network()
+    if cfg["userns"]:
+        problem = _enter_user_namespace(cfg["jail_dir"])
+        if problem:
+            return problem
+        net_error = ""
+    else:
+        net_error = _isolate_network()
     if cfg["isolation"] == "none":  # the explicit opt-out: every wall that stands is kept
         if _probe_jail(cfg):
             cfg["seccomp"] = None  # a kernel without seccomp: rlimits alone
@@ -1098,11 +1192,9 @@ def _jail_problems(cfg):
         return ""
     if net_error and cfg["seccomp"] is None:
         problems.append(f"no network isolation: {net_error} and no seccomp filter for {os.uname().machine}")
-    if os.geteuid() != 0:
-        problems.append(
-            f"not running as root (uid {os.geteuid()}): a child cannot chroot into an empty directory "
-            "or take a uid of its own"
-        )
+    if cfg["userns"] and cfg["seccomp"] is None:
+        problems.append(f"no seccomp filter for {os.uname().machine}: without root, jobs share one uid and "
+                        "the filter is what keeps them from acting on other processes")
     if not problems:
         err = _probe_jail(cfg)
         if err:
@@ -1118,6 +1210,9 @@ def setup(cfg, warnings):
     cfg["memory_bytes"] = int(cfg["memory_mb"]) * 1024 * 1024
     cfg["cpu_s"] = max(1, math.ceil(cfg["cpu_s"]))
     cfg["chroot"] = cfg["isolation"] == "jail"
+    # not root: the same jail inside a user namespace (_enter_user_namespace)
+    cfg["userns"] = cfg["chroot"] and os.geteuid() != 0
+    cfg["_capabilities"] = _capability_dropper()
     cfg["worker_pid"] = os.getpid()
     cfg["seccomp"] = seccomp.build()
     _seccomp_installers(cfg)  # ctypes objects built before any fork

@@ -1,0 +1,124 @@
+"""A user without root gets the same jail and the same verdicts (docs/security.md).
+
+As root the sandbox jails a job with chroot and a uid of its own; as any other user it
+builds the same walls inside an unprivileged user namespace. These tests run the sandbox
+as an unprivileged uid (tests/unprivileged.py; CI runs as root and drops to one) on the
+probe suites, and check every verdict against the same suites verified as root with the
+same interpreter: escapes, coin flips, non-values, hostile answers and benign programs
+alike. Where user namespaces are forbidden the sandbox must refuse, fast, naming the cause,
+and run nothing unjailed unless the opt-in is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import unprivileged
+from test_sandbox_determinism import COIN_FLIPS, NOT_VALUES
+from test_sandbox_hostile import HOSTILE_ANSWERS
+from test_sandbox_probes import BENIGN, ESCAPES, NONDETERMINISTIC
+
+pytestmark = pytest.mark.slow
+
+# Verifies the records of a JSONL file with the sandbox on sys.path (argv[1]); prints one
+# JSON result per record, or {"unavailable": message} when the jail cannot be built.
+VERIFY = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from popula.records import TaskRecord
+from popula.sandbox import Sandbox, SandboxUnavailable
+records = [TaskRecord(**json.loads(line)) for line in open(sys.argv[2])]
+try:
+    with Sandbox(workers=2, determinism_runs=16) as sandbox:
+        results = sandbox.verify(records)
+except SandboxUnavailable as err:
+    print(json.dumps({"unavailable": str(err)}))
+    sys.exit(0)
+for r in results:
+    print(json.dumps({"id": r.id, "valid": r.valid, "reason": r.reason, "outputs": r.outputs,
+                      "correct": r.correct, "answer_reason": r.answer_reason}))
+"""
+
+
+def _records() -> list[dict]:
+    rows: list[dict] = []
+    for name, program, inp in ESCAPES + NONDETERMINISTIC + COIN_FLIPS + NOT_VALUES:
+        rows.append({"id": name, "type": "code_o", "program": program, "inputs": [inp]})
+    for k, (kind, program, inputs, answer, _) in enumerate(HOSTILE_ANSWERS):
+        rows.append({"id": f"answer-{k}", "type": kind, "program": program, "inputs": inputs, "answer": answer})
+    for k, line in enumerate(BENIGN.read_text().splitlines()):
+        row = json.loads(line)
+        rows.append({"id": f"benign-{k}", "type": "code_o", "program": row["program"], "inputs": row["inputs"]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tasks_file() -> Path:
+    path = unprivileged.sandbox_copy() / "probes.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    path.chmod(0o644)
+    return path
+
+
+def _verify(tasks: Path, *, as_root: bool, **kwargs) -> dict:
+    argv = [unprivileged.interpreter(), "-I", "-S", "-c", VERIFY, str(unprivileged.sandbox_copy()), str(tasks)]
+    if as_root:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    else:
+        done = unprivileged.run(argv, timeout=600, **kwargs)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    if len(lines) == 1 and "unavailable" in lines[0]:
+        return lines[0]
+    return {row["id"]: row for row in lines}
+
+
+def _stable(row: dict) -> tuple:
+    """What must agree: a wall-clock timeout under load is no different verdict (the benign
+    suite's own test retries those), so it compares as 'slow'."""
+    reason = "slow" if row["reason"] == "timeout" and row["id"].startswith("benign-") else row["reason"]
+    outputs = row["outputs"] if row["valid"] else []
+    return row["valid"], reason, outputs, row["correct"], row["answer_reason"]
+
+
+def test_the_jail_builds_for_a_user_without_root_and_gives_roots_verdicts(tasks_file):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to compare with (and to drop to an unprivileged uid)")
+    as_user = _verify(tasks_file, as_root=False)
+    assert "unavailable" not in as_user, as_user.get("unavailable")
+    as_root = _verify(tasks_file, as_root=True)
+    assert as_user.keys() == as_root.keys()
+    differ = [(k, _stable(as_root[k]), _stable(as_user[k])) for k in as_root if _stable(as_root[k]) != _stable(as_user[k])]
+    assert not differ, differ[:5]
+    # and the verdicts are the right ones, not merely the same
+    assert not any(as_user[name]["valid"] for name, _, _ in ESCAPES + NONDETERMINISTIC + COIN_FLIPS + NOT_VALUES)
+    benign = [json.loads(line) for line in BENIGN.read_text().splitlines()]
+    wrong = [k for k, row in enumerate(benign) if as_user[f"benign-{k}"]["reason"] != "timeout"
+             and as_user[f"benign-{k}"]["outputs"] != row["outputs"]]
+    assert not wrong, wrong[:5]
+
+
+def test_without_user_namespaces_the_sandbox_refuses_fast_and_names_the_cause(tasks_file):
+    start = time.monotonic()
+    result = _verify(tasks_file, as_root=False, seccomp_deny_unshare=True)
+    elapsed = time.monotonic() - start
+    assert "unavailable" in result, "the sandbox ran without its jail"
+    message = result["unavailable"]
+    assert "user namespaces are not available" in message and "unshare(CLONE_NEWUSER) failed" in message
+    assert "max_user_namespaces" in message and "isolation: none" in message  # the two ways forward
+    assert elapsed < 10, elapsed
+
+
+def test_the_opt_in_runs_without_the_jail_only_when_asked(tasks_file, tmp_path):
+    one = unprivileged.sandbox_copy() / "one.jsonl"
+    one.write_text(json.dumps({"id": "x", "type": "code_o", "program": "def f(x):\n    return x + 1", "inputs": ["1"]}) + "\n")
+    one.chmod(0o644)
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp", "POPULA_SANDBOX_ISOLATION": "none"}
+    result = _verify(one, as_root=False, seccomp_deny_unshare=True, env=env)
+    assert result["x"]["valid"] and result["x"]["outputs"] == ["2"]
