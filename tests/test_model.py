@@ -365,3 +365,32 @@ def test_cli_pretrain_refuses_a_shape_it_cannot_build_before_building_anything(t
         bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), *flags], capture_output=True, text=True)
         assert bad.returncode == 2 and says in bad.stderr
     assert not out.exists()
+
+
+def test_runs_started_together_from_an_empty_cache_build_the_tiny_base_once(tmp_path, monkeypatch, capsys):
+    """Two first runs (benchmarks/learning.py --jobs 2): one builds, the other waits for it."""
+    import threading
+    import time
+
+    import popula.model.base as base
+
+    monkeypatch.setenv("POPULA_CACHE", str(tmp_path))
+    builds = []
+
+    def slow_build(out: Path, recipe: TinyRecipe, progress: bool = True) -> None:
+        builds.append(out)
+        time.sleep(0.5)
+        out.mkdir(parents=True)
+        (out / MARKER).write_text("{}")
+
+    monkeypatch.setattr(base, "build_tiny", slow_build)
+    recipe = TinyRecipe(train_steps=3)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(resolve_base_model("tiny", recipe=recipe))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.1)
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and found == [tiny_path(recipe)] * 2
+    assert "another process is building the tiny base" in capsys.readouterr().err

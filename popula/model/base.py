@@ -190,7 +190,11 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         recipe = recipe or TinyRecipe()
         path = tiny_path(recipe)
         if not (path / MARKER).is_file():
-            build_tiny(path, recipe, progress=progress)
+            # runs started together from an empty cache (benchmarks/learning.py --jobs 2): one
+            # builds, the others wait for it and then find it built
+            with registry.locked(path.name, waiting=f"another process is building the tiny base {path}; waiting for it"):
+                if not (path / MARKER).is_file():
+                    build_tiny(path, recipe, progress=progress)
         return path
     if spec in registry.MODELS:
         return registry.ensure_model(spec, progress=progress)

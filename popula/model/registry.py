@@ -122,12 +122,19 @@ def sha256_file(path: Path) -> str:
 
 
 @contextmanager
-def locked(key: str) -> Iterator[None]:
-    """One fetch/convert per key at a time, across processes (a second waits, then finds it done)."""
+def locked(key: str, waiting: str | None = None) -> Iterator[None]:
+    """One fetch/convert/build per key at a time, across processes (a second waits, then
+    finds it done). `waiting` is printed on stderr when another process holds the lock, so
+    a user whose first run waits for another's build knows why nothing moves."""
     locks = cache_root() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     with open(locks / f"{key}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                print(f"popula: {waiting}", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
