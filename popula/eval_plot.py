@@ -29,6 +29,11 @@ def read_report(path: Path) -> dict[str, Any]:
         raise PopulaError(f"{path}: no such evaluation report") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PopulaError(f"{path}: not a JSON evaluation report ({err}); write one with `popula eval ... --json`") from None
+    if isinstance(report, dict) and report.get("kind") == "population":
+        names = ", ".join(str(m.get("member")) for m in report.get("members", []))
+        raise PopulaError(f"{path}: a population report (members {names}); plot one member's report: score it with "
+                          "`popula eval RUN_DIR --adapter NAME --json`, or save one entry of its \"members\" list "
+                          "(each is that member's own report)")
     if not isinstance(report, dict) or "overall" not in report or "by_type" not in report:
         raise PopulaError(f"{path}: not a `popula eval --json` report (no 'overall' / 'by_type')")
     return report

@@ -1,7 +1,10 @@
-"""What `popula eval RUN_DIR|MODEL` means: which base, engine and adapter a run directory or
-a model spec names, and `evaluate_target`, the whole command as a function.
+"""What `popula eval RUN_DIR|MODEL` means: which base, engine and adapter(s) a run directory or
+a model spec names, and the whole command as functions: `evaluate_target` scores one model
+(an adapter, or a bare base), `evaluate_population` every live student of a run in one
+engine session (`popula.eval_population` summarises them).
 
-    report = evaluate_target("runs/a", "tasks.jsonl", settings=EvalSettings(samples=4))
+    report = evaluate_target("runs/a", "tasks.jsonl", adapter="S1", settings=EvalSettings(samples=4))
+    population = evaluate_population("runs/a", "tasks.jsonl", settings=EvalSettings(samples=4))
 
 The evaluation itself (generate, judge, pass@k) is `popula.evaluate`, which the run loop
 also uses; this module sits above the run's builders (`popula.run.workers`), the league
@@ -21,8 +24,9 @@ from typing import Any, Callable
 from popula.adapters import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
 from popula.config import Config, load_config
 from popula.errors import PopulaError
-from popula.evaluate import EvalReport, EvalSettings, context_limit, evaluate
-from popula.league import League
+from popula.eval_population import MemberEval, PopulationReport, population_report
+from popula.evaluate import EvalReport, EvalSettings, context_limit, evaluate, evaluate_adapters
+from popula.league import League, Member
 from popula.model.base import resolve_base_model
 from popula.run.rundir import member_adapter
 from popula.run.builders import build_engine, build_sandbox, runtime_of
@@ -89,10 +93,15 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
 
 def best_student(run_dir: Path) -> str:
     """The live student with the best conservative rating (mu - 3 sigma) in RUN_DIR/league.json."""
+    return live_students(run_dir)[0].name
+
+
+def live_students(run_dir: Path) -> list[Member]:
+    """The league's live students, best conservative rating first (a single agent's: its one, S0)."""
     ranked = League.load(run_dir / "league.json").ranked("student")
     if not ranked:
         raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
-    return ranked[0].name
+    return ranked
 
 
 def run_adapter(run_dir: Path, name: str) -> AdapterRef:
@@ -137,32 +146,86 @@ def _adapter_config(path: Path, name: str) -> dict[str, Any]:
 def evaluate_target(spec: str, tasks_path: str | Path, *, adapter: str | None = None, engine: str | None = None,
                     settings: EvalSettings = EvalSettings(), workers: int = 2,
                     progress: bool = False, log: Callable[[str], None] | None = None) -> EvalReport:
-    """`popula eval` as a function: resolve RUN_DIR|MODEL, load the engine, evaluate, clean up.
+    """`popula eval` of one model as a function: resolve RUN_DIR|MODEL, load the engine, evaluate, clean up.
 
-    `settings.max_tokens` None means 128 for the tiny base's compact prompts and 1024 for
-    instruction-tuned models, which reason first -- for a run's adapter as for a bare base,
-    so that the two are scored under the same settings.
+    With a run directory and no `adapter`, the model is the best student by conservative
+    rating (`popula eval RUN_DIR --pick rating`). `settings.max_tokens` None means 128 for
+    the tiny base's compact prompts and 1024 for instruction-tuned models, which reason
+    first -- for a run's adapter as for a bare base, so that the two are scored under the
+    same settings.
     """
-    from transformers import AutoTokenizer
-
     if workers < 1:
         raise PopulaError(f"--workers must be at least 1, got {workers}")
     records = read_records(tasks_path)
     with ExitStack() as stack:
         snapshots = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="popula-eval-")))
         target = resolve_target(spec, adapter=adapter, engine=engine, snapshot_dir=snapshots)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(target.base_path))
-        except (OSError, ValueError) as err:
-            raise PopulaError(f"base model {target.base_path}: cannot load its tokenizer ({err})") from None
-        context = context_limit(target.base_path)
-        # A run is evaluated on its own config's runtime; a bare model on the defaults (auto).
-        cfg = load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser()) else Config()
-        eng = build_engine(cfg, target.base_path, runtime_of(cfg), kind=target.engine, max_adapters=1,
-                           max_rank=target.rank, target_modules=target.target_modules or None,
-                           max_model_len=context if target.engine == "vllm" else None, seed=0)
-        stack.callback(eng.close)
-        sandbox = stack.enter_context(build_sandbox(cfg, workers))
+        eng, tokenizer, sandbox, context = _session(stack, spec, target.base_path, target.engine, workers=workers,
+                                                    max_adapters=1, max_rank=target.rank,
+                                                    target_modules=target.target_modules)
         return evaluate(eng, tokenizer, records, adapter=target.adapter, sandbox=sandbox, settings=settings,
                         context=context, progress=progress, model=target.label, engine_name=target.engine,
                         tasks_file=str(tasks_path), log=log)
+
+
+def evaluate_population(spec: str, tasks_path: str | Path, *, engine: str | None = None,
+                        settings: EvalSettings = EvalSettings(), workers: int = 2, progress: bool = False,
+                        log: Callable[[str], None] | None = None) -> PopulationReport:
+    """`popula eval RUN_DIR`: every live student of the run, scored alike, and their summary.
+
+    The students' adapters (latest versions, snapshotted first) are served by one engine
+    with a slot each, and all (task, student) requests go in one generate call with the
+    same per-task seeds, so each member's figures are what `--adapter MEMBER` gives it.
+    """
+    path = Path(spec).expanduser()
+    if not is_run_dir(path):
+        raise PopulaError(f"{spec}: not a run directory (no config.yaml); a population report needs a run's "
+                          "league (for one model, give --adapter NAME)")
+    if workers < 1:
+        raise PopulaError(f"--workers must be at least 1, got {workers}")
+    records = read_records(tasks_path)
+    with ExitStack() as stack:
+        snapshots = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="popula-eval-")))
+        cfg = load_config(path / "config.yaml")
+        base = resolve_base_model(cfg.base_model)
+        kind = engine or cfg.engine
+        students = live_students(path)
+        refs = []
+        for m in students:
+            try:
+                refs.append(_snapshot(run_adapter(path, m.name), snapshots))
+            except PopulaError as err:
+                raise PopulaError(f"live student {m.name!r} of {path / 'league.json'}: {err}") from None
+        infos = [_adapter_config(ref.path, ref.name) for ref in refs]
+        targets = tuple(sorted({t for info in infos for t in config_targets(info)}))
+        eng, tokenizer, sandbox, context = _session(stack, spec, base, kind, workers=workers,
+                                                    max_adapters=len({ref.uid for ref in refs}),
+                                                    max_rank=max(int(info["r"]) for info in infos),
+                                                    target_modules=targets)
+        reports = evaluate_adapters(eng, tokenizer, records, adapters=refs, sandbox=sandbox, settings=settings,
+                                    context=context, progress=progress, model=str(path), engine_name=kind,
+                                    tasks_file=str(tasks_path), log=log)
+    members = [MemberEval(m.name, m.mu, m.sigma, m.conservative, report) for m, report in zip(students, reports)]
+    return population_report(members, model=str(path), engine=kind)
+
+
+def _session(stack: ExitStack, spec: str, base_path: Path | str, kind: str, *, workers: int, max_adapters: int,
+             max_rank: int, target_modules: tuple[str, ...] | None) -> tuple[Any, Any, Any, int | None]:
+    """(engine, tokenizer, sandbox, context) for evaluating on `base_path`, closed by `stack`.
+
+    A run is evaluated on its own config's runtime; a bare model on the defaults (auto).
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(base_path))
+    except (OSError, ValueError) as err:
+        raise PopulaError(f"base model {base_path}: cannot load its tokenizer ({err})") from None
+    context = context_limit(base_path)
+    cfg = load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser()) else Config()
+    eng = build_engine(cfg, base_path, runtime_of(cfg), kind=kind, max_adapters=max_adapters, max_rank=max_rank,
+                       target_modules=target_modules or None, max_model_len=context if kind == "vllm" else None,
+                       seed=0)
+    stack.callback(eng.close)
+    sandbox = stack.enter_context(build_sandbox(cfg, workers))
+    return eng, tokenizer, sandbox, context

@@ -11,7 +11,8 @@ The pieces are separate so each can be used (and tested) alone:
 - `judge`: turns answer strings (None = malformed) into correct/incorrect via the sandbox.
 - `summarize`: per-task counts -> pass@1 and pass@k per task type and overall.
 - `evaluate`: the whole loop on an engine that is already loaded (what the run loop and
-  benchmarks/learning.py call, sharing their engine and sandbox).
+  benchmarks/learning.py call, sharing their engine and sandbox); `evaluate_adapters`, the
+  same for several adapters in one generate call (`popula eval RUN_DIR`'s population report).
 - `popula.eval_target` (`resolve_target`, `evaluate_target`): what `popula eval
   RUN_DIR|MODEL` needs on top: which base, engine and adapter a run directory or a model
   spec means. It sits above the run's builders; this module sits below the run loop.
@@ -252,6 +253,26 @@ def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, a
     as a failure. `progress`
     shows the engine's tqdm bar. The engine and sandbox are the caller's: nothing is closed.
     """
+    return evaluate_adapters(engine, tokenizer, records, adapters=[adapter], sandbox=sandbox, settings=settings,
+                             context=context, progress=progress, model=model, engine_name=engine_name,
+                             tasks_file=tasks_file, log=log)[0]
+
+
+def evaluate_adapters(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *,
+                      adapters: Sequence[AdapterRef | None], sandbox: SandboxPool,
+                      settings: EvalSettings = EvalSettings(), context: int | None = None, progress: bool = False,
+                      model: str = "", engine_name: str = "", tasks_file: str | None = None,
+                      log: Callable[[str], None] | None = None) -> list[EvalReport]:
+    """`evaluate` for several adapters at once: one report per adapter, in order, from one
+    `engine.generate` call (one request per task and adapter) and one round of judging.
+
+    Every adapter gets the same tasks, prompts, token limits and per-task seeds, so each
+    report is what `evaluate` gives that adapter alone (engines seed each request on its own).
+    An engine with fewer adapter slots than `adapters` serves them in waves itself.
+    `wall_s` is the whole evaluation's, shared by every report.
+    """
+    if not adapters:
+        raise ValueError("evaluate_adapters needs at least one adapter (None: the bare base)")
     start = time.perf_counter()
     context = context if context is not None else engine_context(engine)
     fmt = prompt_format(tokenizer)
@@ -262,35 +283,45 @@ def evaluate(engine: Engine, tokenizer: Any, records: Sequence[TaskRecord], *, a
         log(f"skipped {sum(skipped.values())} invalid task(s) ({reasons})")
     temperature = settings.sampling_temperature
     max_tokens = settings.max_tokens or DEFAULT_MAX_TOKENS[fmt.name]
-    requests: list[GenerationRequest] = []
-    posed: list[int] = []
+    posed: list[tuple[int, list[int], int, int]] = []  # (task index, prompt ids, answer room, seed)
     for i, task in enumerate(tasks):
         ids = encode_prompt(tokenizer, fmt.student_prompt(task))
         room = max_tokens if context is None else min(max_tokens, context - len(ids))
         if room < min(_MIN_ANSWER_TOKENS, max_tokens):
             continue
-        posed.append(i)
-        requests.append(GenerationRequest(prompt_ids=ids, adapter=adapter, n=settings.samples,
-                                          temperature=temperature, top_p=settings.top_p, max_tokens=room,
-                                          seed=(settings.seed * 1_000_003 + i) % (2**31 - 1), stop_token_ids=stops))
+        posed.append((i, ids, room, (settings.seed * 1_000_003 + i) % (2**31 - 1)))
     not_attempted = len(tasks) - len(posed)
     if not_attempted and log is not None:
         log(f"{not_attempted} task(s) have prompts too long for the model's {context} positions; scored as failures")
+    requests = [GenerationRequest(prompt_ids=ids, adapter=adapter, n=settings.samples, temperature=temperature,
+                                  top_p=settings.top_p, max_tokens=room, seed=seed, stop_token_ids=stops)
+                for adapter in adapters for _, ids, room, seed in posed]
     results = engine.generate(requests, progress=progress) if requests else []
-    answers: list[list[str | None]] = [[None] * settings.samples for _ in tasks]
-    for i, result in zip(posed, results):
-        answers[i] = [fmt.parse_answer(sample.text, tasks[i].type) for sample in result.samples]
-    correct = judge(tasks, answers, sandbox)
-    attempted = set(posed)
-    scores = [TaskScore(t.id, t.type, settings.samples, sum(a is not None for a in answers[i]), sum(correct[i]),
-                        attempted=i in attempted)
-              for i, t in enumerate(tasks)]
-    overall, by_type = summarize(scores, settings.samples)
-    return EvalReport(model=model, adapter=adapter.name if adapter is not None else None, engine=engine_name,
-                      samples=settings.samples, k=settings.samples, temperature=temperature, top_p=settings.top_p,
-                      max_tokens=max_tokens, tasks_file=tasks_file, tasks_in_file=len(records),
-                      skipped=dict(sorted(skipped.items())), not_attempted=not_attempted, overall=overall,
-                      by_type=by_type, wall_s=round(time.perf_counter() - start, 3), per_task=scores)
+    # answers[a][i]: adapter a's answers to task i (None: malformed, or not attempted)
+    answers: list[list[list[str | None]]] = [[[None] * settings.samples for _ in tasks] for _ in adapters]
+    for n, result in enumerate(results):
+        a, j = divmod(n, len(posed))
+        i = posed[j][0]
+        answers[a][i] = [fmt.parse_answer(sample.text, tasks[i].type) for sample in result.samples]
+    flat = judge(list(tasks) * len(adapters), [row for rows in answers for row in rows], sandbox)
+    attempted = {i for i, *_ in posed}
+    reports = []
+    for a, adapter in enumerate(adapters):
+        correct = flat[a * len(tasks):(a + 1) * len(tasks)]
+        scores = [TaskScore(t.id, t.type, settings.samples, sum(x is not None for x in answers[a][i]),
+                            sum(correct[i]), attempted=i in attempted)
+                  for i, t in enumerate(tasks)]
+        overall, by_type = summarize(scores, settings.samples)
+        reports.append(EvalReport(
+            model=model, adapter=adapter.name if adapter is not None else None, engine=engine_name,
+            samples=settings.samples, k=settings.samples, temperature=temperature, top_p=settings.top_p,
+            max_tokens=max_tokens, tasks_file=tasks_file, tasks_in_file=len(records),
+            skipped=dict(sorted(skipped.items())), not_attempted=not_attempted, overall=overall, by_type=by_type,
+            per_task=scores))
+    wall = round(time.perf_counter() - start, 3)
+    for report in reports:
+        report.wall_s = wall
+    return reports
 
 
 def format_report(report: EvalReport) -> str:

@@ -13,8 +13,9 @@ uncertainty is reported in the two parts a reader needs to judge it:
     diff = paired_difference([pop_s0, pop_s1, pop_s2], [single_s0, single_s1, single_s2])
     diff.mean, diff.per_seed, diff.task_se, diff.seed_sd
 
-Reports are `popula eval --json --per-task` objects (dicts); a bare base scored once is
-passed as one report per seed (the same one repeated).
+Reports are `popula eval --json --per-task` objects (dicts), or the entries of a population
+report's `members` (each is its member's own report); a bare base scored once is passed as
+one report per seed (the same one repeated).
 """
 
 from __future__ import annotations

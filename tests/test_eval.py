@@ -2,8 +2,10 @@
 
 pass@k is the unbiased estimator; the sandbox decides what is correct; tasks without
 outputs get them (invalid ones are skipped and counted); a real model that knows an
-answer is scored as knowing it; a run directory means its best student unless --adapter
-names another; every bad input is refused naming the file, line or adapter.
+answer is scored as knowing it; a run directory means its population (every live student,
+their mean, weakest, strongest and the rating's pick, all scored alike in one generate call)
+unless --adapter names one member or --pick rating asks for the best-rated student alone;
+every bad input is refused naming the file, line or adapter.
 
 The model is a 2-layer Llama trained here for a few seconds to memorise the answers of
 two tasks, so the whole path (prompt, engine, parsing, sandbox, counting) runs for real.
@@ -26,9 +28,13 @@ from conftest import answer_batch, small_llama
 from popula.adapters import AdapterStore
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
+from popula.eval_population import MemberEval, population_report
 from popula.eval_target import run_adapter
-from popula.evaluate import EvalSettings, TaskScore, encode_prompt, evaluate, judge, pass_at_k, prepare_tasks, summarize
+from popula.evaluate import (EvalReport, EvalSettings, TaskScore, encode_prompt, evaluate, evaluate_adapters, judge,
+                             pass_at_k, prepare_tasks, summarize)
 from popula.league import League
+from popula.league.ratings import rank_correlation
+from popula.lora import peft_key
 from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
 from popula.sandbox import Sandbox
@@ -200,8 +206,8 @@ def test_judge_counts_right_answers_only(sandbox):
     triple, reverse = KNOWN[0][0], KNOWN[1][0]
     add = UNKNOWN_SOLVED
     answers = [
-        ["12", "13", "3 * 4", None],  # code_o: a literal, a wrong value, an expression, malformed
-        ["'abc'", "'cba'", "'ab' + 'c'", "((("],  # code_i: any input whose output matches
+        ["12", "13", "12.0", None],  # code_o: a literal, a wrong value, an equal value, malformed
+        ["'abc'", "'cba'", "('abc')", "'ab' + 'c'"],  # code_i: literal inputs whose output matches; an expression is no value
         ["def f(a, b):\n    return a + b", "def f(a, b):\n    return 7", "def f(a, b):\n    return b + a",
          "def f(a, b):\n    import os\n    return a"],  # code_f: judged on the hidden pairs (5, 6) and (7, 8)
     ]
@@ -277,9 +283,10 @@ def test_a_league_member_resolves_to_the_adapter_it_trains(run_dir, tmp_path):
     assert (ref.name, ref.version, ref.uid) == ("A0", 3, 1)
 
 
-def test_cli_on_a_run_dir_evaluates_the_best_student_and_prints_json(run_dir, tmp_path, capsys):
+def test_pick_rating_evaluates_the_best_rated_student_alone_and_prints_json(run_dir, tmp_path, capsys):
     tasks = write_tasks(tmp_path / "tasks.jsonl")
-    assert popula.cli.main(["eval", str(run_dir), "--tasks", str(tasks), "--json", "--workers", "1"]) == 0
+    assert popula.cli.main(["eval", str(run_dir), "--tasks", str(tasks), "--pick", "rating", "--json",
+                            "--workers", "1"]) == 0
     out = capsys.readouterr().out
     data = json.loads(out)
     assert data["adapter"] == "S1" and data["engine"] == "torch" and data["model"] == str(run_dir)
@@ -288,7 +295,7 @@ def test_cli_on_a_run_dir_evaluates_the_best_student_and_prints_json(run_dir, tm
     assert data["overall"]["pass_at_1"] == pytest.approx(2 / 3)
     assert data["skipped"] == {"forbidden": 1}
     assert set(data) >= {"samples", "k", "temperature", "overall", "by_type", "not_attempted"}
-    assert "per_task" not in data
+    assert "per_task" not in data and "members" not in data  # one model's report, as before populations
 
 
 def test_cli_with_a_named_adapter_prints_a_table(run_dir, tmp_path, capsys):
@@ -395,4 +402,200 @@ def test_eval_json_on_the_vllm_engine_prints_nothing_but_the_json_object(run_dir
                            "--engine", "vllm", "--workers", "1", "--json"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)  # the whole of stdout: vLLM's own logs went to stderr
-    assert report["engine"] == "vllm" and report["adapter"] == "S1"
+    assert report["engine"] == "vllm" and report["rating_pick"] == "S1"
+    assert [m["member"] for m in report["members"]] == ["S1", "S0"]  # both students, one vLLM session
+    assert all(m["overall"]["pass_at_1"] == pytest.approx(2 / 3) for m in report["members"])  # B = 0: the base
+
+
+# -- the population of a run --------------------------------------------------------------------
+#
+# Three live students of unlike skill and a league whose rating gets them backwards: S_blind's
+# LoRA B is loud noise (it answers worse than the base), yet it has the best rating; S_a and
+# S_b keep B = 0 and answer what the base answers (2 of 3 tasks). S_old was replaced by S_b
+# (retired: not evaluated) and T0 is a teacher (not evaluated).
+
+
+def _save_noisy(store: AdapterStore, name: str, scale: float) -> None:
+    """A new adapter whose B matrices are seeded noise of `scale`: a student that has forgotten the base's answers."""
+    generator = torch.Generator().manual_seed(7)
+    state = {}
+    for path, (fan_in, fan_out) in sorted(store.shapes.items()):
+        state[peft_key(path, "A")] = torch.randn(store.rank, fan_in, generator=generator)
+        state[peft_key(path, "B")] = scale * torch.randn(fan_out, store.rank, generator=generator)
+    store.save(name, state)
+
+
+@pytest.fixture(scope="module")
+def population_dir(base_dir, run_dir, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("population")
+    (run / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    store = AdapterStore(run / "adapters", base_dir, rank=4, alpha=8.0, seed=0)
+    for name in ("T0", "S_a", "S_b"):
+        store.create(name)
+    _save_noisy(store, "S_blind", scale=3.0)
+    league = League()
+    league.add_member("T0", "teacher")
+    for name in ("S_a", "S_blind", "S_old"):
+        league.add_member(name, "student")
+    league.replace("S_old", "S_b", ["S_a"], "svd_perturb", step=0)
+    for name, mu in (("S_blind", 35.0), ("S_a", 28.0), ("S_b", 20.0)):
+        league.members[name].mu, league.members[name].sigma = mu, 2.0
+    league.save(run / "league.json")
+    return run
+
+
+def _population(run: Path, tmp_path: Path, capsys, *extra: str) -> dict:
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    assert popula.cli.main(["eval", str(run), "--tasks", str(tasks), "--json", "--workers", "1", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_evaluate_adapters_serves_every_adapter_in_one_generate_call_and_scores_each_as_alone(
+        population_dir, engine, tokenizer, sandbox, tmp_path):
+    refs = [run_adapter(population_dir, name) for name in ("S_a", "S_blind", "S_b")]  # 3 adapters, 2 slots: waves
+    calls = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def generate(self, requests, progress=False):
+            calls.append(len(requests))
+            return self.inner.generate(requests, progress=progress)
+
+    records = _records(tmp_path)
+    settings = EvalSettings(samples=3, max_tokens=12, seed=4)  # sampled: seeds must match request by request
+    together = evaluate_adapters(Counting(engine), tokenizer, records, adapters=refs, sandbox=sandbox,
+                                 settings=settings, context=128)
+    assert calls == [3 * 3]  # one call: 3 attempted tasks x 3 adapters
+    for ref, report in zip(refs, together):
+        alone = evaluate(engine, tokenizer, records, adapter=ref, sandbox=sandbox, settings=settings, context=128)
+        assert report.adapter == ref.name
+        assert [(t.id, t.answered, t.correct) for t in report.per_task] == \
+            [(t.id, t.answered, t.correct) for t in alone.per_task]
+        assert report.overall == alone.overall and report.by_type == alone.by_type
+
+
+def test_a_run_dir_reports_every_live_student_with_mean_weakest_strongest_and_the_rating_pick(
+        population_dir, tmp_path, capsys):
+    data = _population(population_dir, tmp_path, capsys)
+    assert data["kind"] == "population" and data["model"] == str(population_dir) and data["engine"] == "torch"
+    members = {m["member"]: m for m in data["members"]}
+    # every live student, best conservative rating first; the retired one and the teacher are not there
+    assert [m["member"] for m in data["members"]] == ["S_blind", "S_a", "S_b"]
+    assert [m["rating_rank"] for m in data["members"]] == [1, 2, 3]
+    assert members["S_a"]["overall"]["pass_at_1"] == pytest.approx(2 / 3)  # B = 0: the base's answers
+    assert members["S_b"]["overall"]["pass_at_1"] == pytest.approx(2 / 3)
+    assert members["S_blind"]["overall"]["pass_at_1"] < 2 / 3  # the noise costs it an answer at least
+    # the summary is the members' own figures
+    for key in ("pass_at_1", "pass_at_k", "answered_rate"):
+        assert data["mean"]["overall"][key] == pytest.approx(sum(m["overall"][key] for m in members.values()) / 3)
+    for t in ("code_o", "code_i", "code_f"):
+        assert data["mean"]["by_type"][t]["pass_at_1"] == \
+            pytest.approx(sum(m["by_type"][t]["pass_at_1"] for m in members.values()) / 3)
+    pass1 = {name: m["overall"]["pass_at_1"] for name, m in members.items()}
+    assert data["weakest"] == "S_blind" and pass1["S_blind"] == min(pass1.values())
+    assert data["strongest"] == "S_a" and pass1["S_a"] == max(pass1.values())  # tied with S_b: the earlier name
+    assert data["rating_pick"] == "S_blind"  # the best rating, here the weakest: the report says so
+    assert data["rating_spearman"] == pytest.approx(
+        rank_correlation([m["rating"]["conservative"] for m in data["members"]], [m["overall"]["pass_at_1"]
+                                                                                  for m in data["members"]]))
+    assert data["rating_spearman"] < 0
+    # paired differences task by task, with their standard errors over the 3 tasks
+    gap = data["paired"]["strongest_minus_weakest"]
+    assert gap["mean"] == pytest.approx(pass1["S_a"] - pass1["S_blind"]) and gap["tasks"] == 3 and gap["task_se"] >= 0
+    mean1 = data["mean"]["overall"]["pass_at_1"]
+    assert data["paired"]["rating_pick_minus_mean"] == members["S_blind"]["minus_mean"]
+    for name, m in members.items():
+        assert m["minus_mean"]["mean"] == pytest.approx(pass1[name] - mean1)
+    # every member entry is that member's own one-model report: the same settings for all
+    for m in data["members"]:
+        assert set(m) >= {"adapter", "samples", "k", "temperature", "max_tokens", "overall", "by_type", "skipped"}
+        assert (m["samples"], m["temperature"], m["max_tokens"]) == (data["samples"], data["temperature"],
+                                                                     data["max_tokens"])
+        assert "per_task" not in m
+    assert data["skipped"] == {"forbidden": 1}
+
+
+def test_each_member_of_the_population_report_is_what_adapter_name_gives_it_alone(population_dir, tmp_path, capsys):
+    data = _population(population_dir, tmp_path, capsys, "--samples", "2", "--per-task")
+    for member in data["members"]:
+        alone = _population(population_dir, tmp_path, capsys, "--samples", "2", "--per-task",
+                            "--adapter", member["member"])
+        assert alone["adapter"] == member["adapter"] == member["member"]
+        for key in ("overall", "by_type", "per_task", "samples", "temperature", "max_tokens", "skipped"):
+            assert member[key] == alone[key], (member["member"], key)
+
+
+def test_the_population_table_names_each_member_the_mean_and_the_picks(population_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    assert popula.cli.main(["eval", str(population_dir), "--tasks", str(tasks), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "3 live student(s)" in lines[0]
+    assert lines[1].split() == ["overall", "code_o", "code_i", "code_f"]
+    assert lines[2].split()[:7] == ["member", "mu-3sd", "rank", "pass@1", "pass@1", "pass@1", "pass@1"]
+    rows = {line.split()[0]: line.split() for line in lines[3:7]}
+    assert list(rows) == ["S_blind", "S_a", "S_b", "mean"]
+    assert rows["S_a"][2:4] == ["2", "0.667"]  # rating rank, overall pass@1
+    assert "weakest   S_blind" in out and "strongest S_a" in out
+    assert "rating pick (best mu - 3 sigma) S_blind" in out and "3 of 3 by pass@1" in out
+    assert "strongest minus weakest" in out and "Spearman" in out
+    assert "forbidden 1" in lines[-1]
+
+
+def test_a_single_agent_run_is_a_population_of_its_one_adapter(base_dir, run_dir, tmp_path, capsys):
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    AdapterStore(single / "adapters", base_dir, rank=4, alpha=8.0, seed=0).create("A0")
+    (single / "checkpoints" / "step-000000").mkdir(parents=True)
+    (single / "checkpoints" / "step-000000" / "state.json").write_text(
+        json.dumps({"step": 0, "roster": {"T0": "A0", "S0": "A0"}}))
+    league = League()
+    league.add_member("T0", "teacher")
+    league.add_member("S0", "student")
+    league.save(single / "league.json")
+    data = _population(single, tmp_path, capsys)
+    assert [(m["member"], m["adapter"]) for m in data["members"]] == [("S0", "A0")]
+    assert data["weakest"] == data["strongest"] == data["rating_pick"] == "S0"
+    assert data["mean"]["overall"] == data["members"][0]["overall"]
+    assert data["rating_spearman"] is None and data["paired"]["strongest_minus_weakest"] is None
+
+
+def test_population_summary_breaks_ties_and_leaves_out_what_too_few_members_cannot_say():
+    def member(name, conservative, corrects):
+        scores = [TaskScore(f"t{i}", "code_o", 2, 2, c) for i, c in enumerate(corrects)]
+        overall, by_type = summarize(scores, 2)
+        report = EvalReport("run", name, "torch", 2, 2, 0.8, 1.0, 16, "t.jsonl", 3, {}, 0, overall, by_type,
+                            per_task=scores)
+        return MemberEval(name, conservative + 6.0, 2.0, conservative, report)
+
+    two = population_report([member("B", 1.0, [2, 0, 1]), member("A", 5.0, [1, 1, 1])], model="run", engine="torch")
+    assert [m.member for m in two.members] == ["A", "B"] and two.rating_pick == "A"
+    # equal pass@1 (0.5): the higher pass@2 is the stronger (B solves 2 tasks at least once, A all 3)
+    assert (two.strongest, two.weakest) == ("A", "B")
+    assert two.rating_spearman is None  # two members: a rank correlation would only ever be +1 or -1
+    assert two.paired["strongest_minus_weakest"].mean == pytest.approx(0.0)
+    assert two.paired["strongest_minus_weakest"].better_tasks == 1 and two.paired["strongest_minus_weakest"].worse_tasks == 1
+    with pytest.raises(PopulaError, match="not evaluated alike"):
+        other = member("C", 0.0, [1, 1])
+        population_report([member("A", 5.0, [1, 1, 1]), other], model="run", engine="torch")
+
+
+def test_pick_needs_a_run_dir_and_excludes_adapter(base_dir, run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    err = _fails(["eval", str(base_dir), "--tasks", str(tasks), "--pick", "rating"], capsys)
+    assert "--pick rating" in err and "not one" in err
+    with pytest.raises(SystemExit):
+        popula.cli.main(["eval", str(run_dir), "--tasks", str(tasks), "--pick", "rating", "--adapter", "S0"])
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def test_a_population_report_is_refused_by_the_eval_figure_naming_the_way_to_one_member(tmp_path):
+    from popula.eval_plot import read_report
+
+    path = tmp_path / "pop.json"
+    path.write_text(json.dumps({"kind": "population", "members": [{"member": "S0"}, {"member": "S1"}]}))
+    with pytest.raises(PopulaError, match="population report .*--adapter NAME"):
+        read_report(path)

@@ -100,3 +100,81 @@ def test_a_corrupt_league_exits_2(tmp_path, capsys):
     (tmp_path / "league.json").write_text('{"format": "popula-league", "vers')
     assert popula.cli.main(["leaderboard", str(tmp_path)]) == 2
     assert "torn or corrupt" in capsys.readouterr().err
+
+
+# -- held-out scores beside ratings (runs with heldout.every) ------------------------------------
+
+
+def _probed_run_dir(tmp_path):
+    """A league of four students (one later replaced) and metrics.jsonl rows with two held-out probes.
+
+    Ratings order the live students s_a > s_b > s_c; at the last probe (step 4) held-out pass@1
+    orders them s_b > s_a > s_c. s_old was probed at step 2 only, then replaced by s_c.
+    """
+    league = League()
+    league.add_member("t0", "teacher")
+    for name in ("s_a", "s_b", "s_old"):
+        league.add_member(name, "student")
+    league.replace("s_old", "s_c", ["s_a"], "svd_perturb", step=3)
+    for name, mu in (("s_a", 30.0), ("s_b", 27.0), ("s_c", 20.0)):
+        league.members[name].mu, league.members[name].sigma = mu, 2.0
+    league.step = 4
+    league.save(tmp_path / "league.json")
+
+    def probe(scores):
+        students = {n: {"pass1": p, "passk": p} for n, p in scores.items()}
+        return {"tasks": 300, "samples": 4, "students": students, "best": "s_a", "best_pass1": scores["s_a"],
+                "mean_pass1": sum(scores.values()) / len(scores)}
+
+    rows = [{"step": 0}, {"step": 2, "heldout": probe({"s_a": 0.20, "s_b": 0.21, "s_old": 0.19})}, {"step": 3},
+            {"step": 4, "heldout": probe({"s_a": 0.25, "s_b": 0.30, "s_c": 0.22})}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+def test_a_probed_run_shows_each_members_latest_heldout_pass1_and_its_step_beside_the_rating(tmp_path, capsys):
+    run_dir = _probed_run_dir(tmp_path)
+    assert popula.cli.main(["leaderboard", str(run_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["role", "name", "mu", "sigma", "mu-3sd", "matches", "win%", "heldout", "age", "gen",
+                                "parents", "status"]
+    cells = {line.split()[1]: line.split()[7] for line in lines[2:] if len(line.split()) > 7}
+    assert cells["s_a"] == "0.250@4" and cells["s_b"] == "0.300@4" and cells["s_c"] == "0.220@4"
+    assert cells["s_old"] == "0.190@2"  # its last probe, before it was replaced
+    assert cells["t0"] == "-"  # teachers are not probed
+    assert "300 tasks x 4 samples" in "\n".join(lines)
+    # rating ranks a > b > c; held-out ranks b > a > c: Spearman over the three live students is 0.5
+    assert lines[-1] == "rating order against held-out pass@1 (live students): Spearman +0.50 over 3 students"
+
+
+def test_a_probed_runs_json_carries_the_heldout_scores_and_their_rank_correlation(tmp_path, capsys):
+    run_dir = _probed_run_dir(tmp_path)
+    assert popula.cli.main(["leaderboard", str(run_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in data["members"]}
+    assert rows["s_b"]["heldout"] == {"step": 4, "pass1": 0.30, "passk": 0.30, "tasks": 300, "samples": 4}
+    assert rows["t0"]["heldout"] is None
+    assert data["heldout_spearman"] == {"value": pytest.approx(0.5), "students": 3}
+
+
+def test_fewer_than_three_probed_students_give_no_rank_correlation(tmp_path, capsys):
+    run_dir, _ = _run_dir(tmp_path)  # two students
+    probe = {"tasks": 10, "samples": 1, "students": {"s_strong": {"pass1": 0.5, "passk": 0.5},
+                                                     "s_weak": {"pass1": 0.1, "passk": 0.1}}}
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 11, "heldout": probe}) + "\n")
+    assert popula.cli.main(["leaderboard", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["heldout_spearman"] is None
+    assert popula.cli.main(["leaderboard", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "0.500@11" in out and "Spearman" not in out
+
+
+def test_a_run_without_probes_has_no_heldout_column(tmp_path, capsys):
+    run_dir, _ = _run_dir(tmp_path)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0}) + "\n")
+    assert popula.cli.main(["leaderboard", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "heldout" not in out
+    assert popula.cli.main(["leaderboard", str(run_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["heldout_spearman"] is None and all(r["heldout"] is None for r in data["members"])

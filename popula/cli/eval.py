@@ -1,33 +1,48 @@
-"""`popula eval RUN_DIR|MODEL --tasks FILE.jsonl [--adapter NAME] [--samples K] [--json]`.
+"""`popula eval RUN_DIR|MODEL --tasks FILE.jsonl [--adapter NAME | --pick rating] [--samples K] [--json]`.
 
-Generates answers to task records with one adapter (by default a run's best student by
-conservative TrueSkill rating) or a bare base, judges them in the sandbox, and prints
-pass@1 and pass@K per task type (a table, or one JSON object with --json).
+Generates answers to task records, judges them in the sandbox, and prints pass@1 and pass@K
+per task type (a table, or one JSON object with --json). A run directory means its
+population: every live student, their mean, weakest and strongest, and the one the rating
+would pick (`popula.eval_population`); `--adapter NAME` or `--pick rating` scores one
+adapter as a model is scored (one report, `popula.evaluate.EvalReport`).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
-        help="score an adapter (or a bare base) on task records: pass@1 and pass@k per task type",
+        help="score a run's population, one adapter, or a bare base on task records: pass@1 and pass@k per task type",
         description=(
             "Pose every task of FILE.jsonl to a model K times, judge the answers in the sandbox, and "
             "report pass@1 and pass@K (unbiased estimator) per task type and overall. TARGET is a run "
-            "directory (its config's base model and engine; the adapter named by --adapter, or else the "
-            "best student by conservative TrueSkill rating) or a model: `tiny`, a model directory or a "
-            "Hugging Face id (the bare base, or --adapter PEFT_DIR). Tasks without outputs get them from "
-            "the sandbox; invalid tasks are skipped and counted."
+            "directory (its config's base model and engine) or a model: `tiny`, a model directory or a "
+            "Hugging Face id (the bare base, or --adapter PEFT_DIR). A run directory without --adapter or "
+            "--pick reports its population: every live student (a single-agent run: its one adapter) "
+            "scored with the same settings and seeds in one engine session, the mean over them, the "
+            "weakest and the strongest, the one the rating would pick (best mu - 3 sigma), each member "
+            "minus the mean task by task with its standard error, and the rank correlation of rating and "
+            "pass@1; --json prints one object {kind: population, members: [...], mean, weakest, strongest, "
+            "rating_pick, rating_spearman, paired, ...} whose every member entry is that member's own "
+            "one-model report. --adapter NAME or --pick rating scores one adapter of the run instead and "
+            "prints the one-model report (what benchmarks and `popula plot --eval` read). Tasks without "
+            "outputs get them from the sandbox; invalid tasks are skipped and counted."
         ),
     )
     parser.add_argument("target", metavar="RUN_DIR|MODEL", help="a run directory, `tiny`, a model directory or an HF id")
     parser.add_argument("--tasks", required=True, metavar="FILE.jsonl",
                         help="task records (docs/design.md § Task records), one per line")
-    parser.add_argument("--adapter", metavar="NAME",
-                        help="adapter or league member of the run (default: best student); with a MODEL, a PEFT directory")
+    one = parser.add_mutually_exclusive_group()
+    one.add_argument("--adapter", metavar="NAME",
+                     help="score this one adapter or league member of the run (default: every live student); "
+                          "with a MODEL, a PEFT directory")
+    one.add_argument("--pick", choices=("rating",),
+                     help="score one student of the run, picked by `rating`: the best conservative rating "
+                          "mu - 3 sigma (what `popula eval RUN_DIR` scored alone before it reported the population)")
     parser.add_argument("--samples", type=int, default=1, metavar="K", help="answers per task (default: 1)")
     parser.add_argument("--temperature", type=float, default=None, metavar="T",
                         help="sampling temperature (default: 0, greedy, for one sample; 0.8 for several)")
@@ -41,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="generation engine (default: the run's config, else torch)")
     parser.add_argument("--workers", type=int, default=2, metavar="N", help="sandbox workers (default: 2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--per-task", action="store_true", help="with --json, include every task's counts")
+    parser.add_argument("--per-task", action="store_true",
+                        help="with --json, include every task's counts (for a population, in each member's entry)")
     parser.set_defaults(func=run)
 
 
@@ -50,8 +66,10 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
-    from popula.eval_target import evaluate_target
+    from popula.eval_population import format_population
+    from popula.eval_target import best_student, evaluate_population, evaluate_target, is_run_dir
     from popula.evaluate import EvalSettings, format_report
+    from popula.errors import PopulaError
 
     settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                             max_tokens=args.max_tokens, seed=args.seed)
@@ -59,7 +77,20 @@ def run(args: argparse.Namespace) -> int:
     def warn(message: str) -> None:
         print(f"popula eval: warning: {message}", file=sys.stderr)
 
-    report = evaluate_target(args.target, args.tasks, adapter=args.adapter, engine=args.engine, settings=settings,
+    run_dir = is_run_dir(Path(args.target).expanduser())
+    if args.pick is not None and not run_dir:
+        raise PopulaError(f"--pick {args.pick}: picks a student of a run directory, and {args.target} is not one "
+                          "(no config.yaml)")
+    if run_dir and args.adapter is None and args.pick is None:
+        population = evaluate_population(args.target, args.tasks, engine=args.engine, settings=settings,
+                                         workers=args.workers, progress=True, log=warn)
+        if args.json:
+            print(json.dumps(population.to_json(per_task=args.per_task)))
+        else:
+            print(format_population(population))
+        return 0
+    adapter = best_student(Path(args.target).expanduser()) if args.pick == "rating" else args.adapter
+    report = evaluate_target(args.target, args.tasks, adapter=adapter, engine=args.engine, settings=settings,
                              workers=args.workers, progress=True, log=warn)
     if args.json:
         data = report.to_json()
