@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import population_overhead  # noqa: E402
 from population_overhead import STUDENTS, TEACHERS, TYPES, play_step  # noqa: E402
 
-from popula.config import LearnerConfig, LoraConfig  # noqa: E402
+from popula.config import LoraConfig  # noqa: E402
 from popula.runtime import Runtime, resolve_runtime  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
@@ -120,7 +120,7 @@ def make_side(name: str, teachers: list[str], students: list[str], base: Path, r
     """population_overhead's side (built like `popula run`'s stack), and the memory it takes."""
     before = memory_now(runtime)
     side = population_overhead.make_side(name, teachers, students, base, root, LoraConfig(rank=8, alpha=16.0),
-                                         LearnerConfig(lr=2e-4), runtime)
+                                         population_overhead.LEARNER, runtime)
     return Measured(side, memory_now(runtime) - before)
 
 

@@ -54,7 +54,8 @@ def ray_side(base: Path, root: Path, lora: LoraConfig, cfg: LearnerConfig, threa
     """The population side with Ray actors; returns it and its sandbox proxy."""
     teachers, students = [f"T{i}" for i in range(po.TEACHERS)], [f"S{i}" for i in range(po.STUDENTS)]
     config = load_config(None, [
-        f"base_model={base}", f"lora.rank={lora.rank}", f"lora.alpha={lora.alpha}", f"learner.lr={cfg.lr}",
+        f"base_model={base}", f"lora.rank={lora.rank}", f"lora.alpha={lora.alpha}",
+        *(f"learner.{key}={json.dumps(value)}" for key, value in cfg.model_dump().items()),
         "sandbox.workers=2", "ray.enabled=true", "ray.engine_cpus=0.5", "ray.learner_cpus=0.5",
         "ray.sandbox_cpus=0.5", f"ray.torch_threads={threads}"])
     engine, sandbox, learner, _reservation = build_ray(config, base, po.TEACHERS + po.STUDENTS)
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     ray.init(num_cpus=2, object_store_memory=200 << 20, include_dashboard=False, log_to_driver=False)
-    lora, cfg = LoraConfig(rank=8, alpha=16.0), LearnerConfig(lr=2e-4)
+    lora, cfg = LoraConfig(rank=8, alpha=16.0), po.LEARNER
     results: dict[str, list[dict[str, float]]] = {"single": [], "population": [], "ray": []}
     shares: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workers=2) as sandbox:

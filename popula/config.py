@@ -3,6 +3,11 @@
 Everything downstream takes these objects, never raw dictionaries. Unknown keys, wrong
 types and impossible sizes are refused here with a message naming the key, so a typo in
 a config fails in the first second of a run, not an hour in.
+
+The defaults are the measured best on the tiny base, the settings `configs/tiny-cpu.yaml`
+states with their reasons (docs/results/learning): a config naming nothing runs what the
+shipped one runs. A config may `extends:` another file (a path relative to it) and state only
+its differences; the two are merged before the one validation.
 """
 
 from __future__ import annotations
@@ -57,10 +62,10 @@ class TasksConfig(_Section):
     types: list[Literal["code_o", "code_i", "code_f"]] = Field(
         default_factory=lambda: ["code_o", "code_i", "code_f"], min_length=1
     )
-    proposals_per_type: int = Field(2, ge=1, description="proposals per teacher per type per step")
+    proposals_per_type: int = Field(4, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
     reference_weighting: Literal["uniform", "challenge", "frontier", "ratchet"] = Field(
-        "uniform", description="how references are drawn from the buffer: uniformly, towards deep tasks "
+        "ratchet", description="how references are drawn from the buffer: uniformly, towards deep tasks "
                                "the students found hard (challenge), exponentially towards tasks deeper "
                                "than the buffer's mean (frontier; popula.run.buffer), or as frontier with a "
                                "tilt that climbs while the teachers stay valid (ratchet; popula.run.ratchet)"
@@ -73,9 +78,9 @@ class TasksConfig(_Section):
                                                                  "references back off; 0: they climb every step")
     ratchet_ceiling: float = Field(2.0, gt=0, description="ratchet weighting: the largest tilt it reaches")
     ratchet_from: Literal["hardness", "challenge"] = Field(
-        "hardness", description="ratchet weighting: what its tilt multiplies, the students' difficulty alone "
-                                "(frontier's weight) or challenge's weight, so that at tilt 0 it draws as "
-                                "challenge does and the climb starts from there")
+        "challenge", description="ratchet weighting: what its tilt multiplies, the students' difficulty alone "
+                                 "(frontier's weight) or challenge's weight, so that at tilt 0 it draws as "
+                                 "challenge does and the climb starts from there")
     seed_references: int = Field(0, ge=0, description="of the K references, this many drawn from the generated "
                                                       "seed tasks and shown last (popula.run.buffer); 0: none")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
@@ -83,15 +88,15 @@ class TasksConfig(_Section):
 
 
 class GenerationConfig(_Section):
-    rollouts: int = Field(4, ge=1, description="student rollouts per task (n)")
+    rollouts: int = Field(8, ge=1, description="student rollouts per task (n)")
     temperature: float = Field(1.0, gt=0)
     teacher_temperature: float | None = Field(
-        None, gt=0, description="teachers' sampling temperature, which their updates train; None: temperature. "
-                                "The tiny base at 1.0 breaks long programs with stray tokens (docs/results/learning)"
+        0.8, gt=0, description="teachers' sampling temperature, which their updates train; None: temperature. "
+                               "The tiny base at 1.0 breaks long programs with stray tokens (docs/results/learning)"
     )
     top_p: float = Field(1.0, gt=0, le=1)
-    teacher_max_tokens: int = Field(256, ge=8)
-    student_max_tokens: int = Field(128, ge=8)
+    teacher_max_tokens: int = Field(192, ge=8)
+    student_max_tokens: int = Field(96, ge=8)
 
     @property
     def proposal_temperature(self) -> float:
@@ -116,16 +121,17 @@ class LeagueSection(LeagueConfig):
 class LearnerConfig(_Section):
     """Policy-gradient settings shared by every adapter (popula.learner)."""
 
-    lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
+    lr: float = Field(2e-3, gt=0, description="AdamW learning rate (on the tiny base 2e-4 moves nothing in 120 "
+                                               "steps, 6e-3 halves held-out pass@4: docs/results/learning)")
     weight_decay: float = Field(0.0, ge=0)
     epochs: int = Field(1, ge=1, description="optimisation passes over each step's samples")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip: lower bound 1 - clip_eps")
     clip_eps_high: float | None = Field(
         None, gt=0, description="upper bound 1 + clip_eps_high (DAPO clip-higher); None: clip_eps"
     )
-    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the bare base; 0 skips the base forward")
+    kl_coef: float = Field(0.5, ge=0, description="k3 KL to the bare base; 0 skips the base forward")
     student_kl_coef: float | None = Field(
-        None, ge=0, description="the KL coefficient of student rollouts alone; None: kl_coef. Holds a student's "
+        0.05, ge=0, description="the KL coefficient of student rollouts alone; None: kl_coef. Holds a student's "
                                 "answers nearer the base's spread (pass@k) without holding the teachers back"
     )
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
@@ -135,13 +141,14 @@ class LearnerConfig(_Section):
     )
     pass_k: int = Field(4, ge=1, description="k of the passk advantage (at most the rollouts per task)")
     teacher_baseline: Literal["batch", "ema", "population"] = Field(
-        "batch", description="teacher baseline per task type: this step's mean of the adapter's own tasks (batch), "
-                             "a running mean of them (ema), or this step's mean over every teacher's tasks (population)"
+        "population", description="teacher baseline per task type: this step's mean of the adapter's own tasks "
+                                  "(batch), a running mean of them (ema), or this step's mean over every "
+                                  "teacher's tasks (population)"
     )
     teacher_strata: Literal["none", "lines"] = Field(
-        "none", description="lines: a teacher's task is compared only with tasks of its type and its shape "
-                            "(one-line or multi-line body), so the teachers improve each shape but are not "
-                            "taught to switch from one to the other; none: by type alone"
+        "lines", description="lines: a teacher's task is compared only with tasks of its type and its shape "
+                             "(one-line or multi-line body), so the teachers improve each shape but are not "
+                             "taught to switch from one to the other; none: by type alone"
     )
     teacher_baseline_momentum: float = Field(0.9, ge=0, lt=1, description="ema baseline: weight of the past")
     teacher_normalize_std: bool = Field(True, description="divide teacher advantages by the group's reward std")
@@ -207,8 +214,8 @@ class RewardsConfig(_Section):
 
 
 class RunConfig(_Section):
-    steps: int = Field(60, ge=1)
-    checkpoint_every: int = Field(5, ge=1)
+    steps: int = Field(120, ge=1)
+    checkpoint_every: int = Field(10, ge=1)
 
 
 class HeldoutSection(_Section):
@@ -262,7 +269,8 @@ class RuntimeSection(_Section):
 
     device: str = Field("auto", description="auto (a GPU when torch sees one, else cpu) | cpu | cuda | cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto: bfloat16 on a GPU that supports it, else float32; engine and learner alike"
+        "float32", description="auto: bfloat16 on a GPU that supports it, else float32; engine and learner alike. "
+                               "float32 by default: for the tiny base bf16 is barely faster on a GPU (docs/results/gpu)"
     )
     gpu_memory_utilization: float = Field(
         0.5, gt=0, le=1, description="vLLM's share of GPU memory (weights + KV cache); the rest is the learner's"
@@ -321,23 +329,15 @@ class Config(_Section):
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     """Read a YAML config (None: all defaults) and apply `key.sub=value` overrides.
 
-    Override values are parsed as YAML, so `run.steps=10` gives an int and
-    `tasks.types=[code_o]` a list.
+    A config that `extends:` another is merged onto it first (`_read_config_data`). Override
+    values are parsed as YAML, so `run.steps=10` gives an int and `tasks.types=[code_o]` a list.
     """
     data: dict[str, Any] = {}
     source = "defaults"
     if path is not None:
-        path = Path(path)
-        source = str(path)
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PopulaError(f"{path}: no such config file") from None
-        except yaml.YAMLError as err:
-            raise PopulaError(f"{path}: not valid YAML ({err})") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise PopulaError(f"{path}: a config must be a mapping of keys, got {type(loaded).__name__}")
-        data = loaded or {}
+        chain: list[Path] = []
+        data = _read_config_data(Path(path), chain)
+        source = str(path) + (f" (extending {' -> '.join(map(str, chain[1:]))})" if len(chain) > 1 else "")
     for override in overrides:
         _apply_override(data, override)
     try:
@@ -349,10 +349,53 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
         raise PopulaError(f"{source}: invalid config: {problems}") from None
 
 
+def _read_config_data(path: Path, chain: list[Path] | None = None) -> dict[str, Any]:
+    """A config file's keys, with the file it `extends:` (a path relative to it) merged beneath.
+
+    Mappings merge key by key and the extending file's value wins; any other value (a list
+    included) replaces the one it extends. Nothing is validated here: the merged keys are, once.
+    `chain` collects the files read, the extending one first.
+    """
+    chain = [] if chain is None else chain
+    chain.append(path)
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PopulaError(f"{path}: no such config file") from None
+    except yaml.YAMLError as err:
+        raise PopulaError(f"{path}: not valid YAML ({err})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise PopulaError(f"{path}: a config must be a mapping of keys, got {type(loaded).__name__}")
+    data = dict(loaded or {})
+    if "extends" not in data:
+        return data
+    parent = data.pop("extends")
+    if not isinstance(parent, str) or not parent:
+        raise PopulaError(f"{path}: extends: must name a config file, got {parent!r}")
+    base = path.parent / Path(parent).expanduser()
+    if not base.is_file():
+        raise PopulaError(f"{path}: extends: {parent}: no such config file ({base})")
+    if any(base.resolve() == seen.resolve() for seen in chain):
+        cycle = " -> ".join(map(str, [*chain, base]))
+        raise PopulaError(f"{path}: extends: {parent} makes a cycle ({cycle})")
+    return _merged(_read_config_data(base, chain), data)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (_merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
+                    else value)
+    return out
+
+
 def _apply_override(data: dict[str, Any], override: str) -> None:
     key, sep, raw = override.partition("=")
     if not sep or not key:
         raise PopulaError(f"override {override!r} must look like key.sub=value")
+    if key == "extends":
+        raise PopulaError(f"override {override!r}: only a config file can extend another")
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as err:

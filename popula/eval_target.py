@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from popula.adapters import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
-from popula.config import Config, load_config
+from popula.config import Config, RuntimeSection, load_config
 from popula.errors import PopulaError
 from popula.eval_population import MemberEval, PopulationReport, population_report
 from popula.evaluate import EvalReport, EvalSettings, context_limit, evaluate, evaluate_adapters
@@ -213,7 +213,8 @@ def _session(stack: ExitStack, spec: str, base_path: Path | str, kind: str, *, w
              max_rank: int, target_modules: tuple[str, ...] | None) -> tuple[Any, Any, Any, int | None]:
     """(engine, tokenizer, sandbox, context) for evaluating on `base_path`, closed by `stack`.
 
-    A run is evaluated on its own config's runtime; a bare model on the defaults (auto).
+    A run is evaluated on its own config's runtime; a bare model on the defaults but in the dtype its
+    device suits (auto: bf16 on a GPU that has it), not the tiny base's float32.
     """
     from transformers import AutoTokenizer
 
@@ -222,7 +223,8 @@ def _session(stack: ExitStack, spec: str, base_path: Path | str, kind: str, *, w
     except (OSError, ValueError) as err:
         raise PopulaError(f"base model {base_path}: cannot load its tokenizer ({err})") from None
     context = context_limit(base_path)
-    cfg = load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser()) else Config()
+    cfg = (load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser())
+           else Config(runtime=RuntimeSection(dtype="auto")))
     eng = build_engine(cfg, base_path, runtime_of(cfg), kind=kind, max_adapters=max_adapters, max_rank=max_rank,
                        target_modules=target_modules or None, max_model_len=context if kind == "vllm" else None,
                        seed=0)

@@ -35,16 +35,35 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def small_llama(tokenizer, max_positions: int):
-    """A 2-layer Llama for `tokenizer`, seeded (head_dim 32: the size vLLM's CPU attention supports)."""
+def small_llama(vocab, max_positions: int = 64, *, hidden: int = 64, heads: int = 2, kv_heads: int = 1,
+                layers: int = 2, intermediate: int | None = None, seed: int = 0, **config):
+    """A random Llama small enough for a unit test, the same weights on every call (seeded).
+
+    `vocab` is a vocabulary size, or a tokenizer: then its size and special token ids, with the
+    embeddings tied to the head. The default shape has head_dim 32, the size vLLM's CPU attention
+    supports; `intermediate` defaults to twice `hidden`; `config` sets any other LlamaConfig field.
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_positions,
-                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg)
+    if isinstance(vocab, int):
+        settings = {"vocab_size": vocab}
+    else:
+        settings = {"vocab_size": len(vocab), "bos_token_id": vocab.bos_token_id, "eos_token_id": vocab.eos_token_id,
+                    "pad_token_id": vocab.pad_token_id, "tie_word_embeddings": True}
+    settings.update(hidden_size=hidden, intermediate_size=intermediate or 2 * hidden, num_hidden_layers=layers,
+                    num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**{**settings, **config}))
+
+
+def plain_learner(**settings):
+    """A learner section for the learner's own tests: a plain GRPO step at lr 1e-4 with no KL to
+    the base and teacher baselines per adapter and task type, whatever the run's defaults (which
+    add the measured KL, rate and population baselines: popula/config.py); `settings` on top."""
+    from popula.config import LearnerConfig
+
+    return LearnerConfig(**{"lr": 1e-4, "kl_coef": 0.0, "student_kl_coef": None, "teacher_baseline": "batch",
+                            "teacher_strata": "none", **settings})
 
 
 def answer_batch(tokenizer, examples):
@@ -69,18 +88,36 @@ def answer_batch(tokenizer, examples):
     return ids, labels, mask
 
 
-def fit_answers(model, tokenizer, examples, *, stop_loss: float, steps: int = 400) -> bool:
-    """Adam on `answer_batch(examples)` until the loss is below `stop_loss`; False if `steps` ran out."""
+def fit_answers(model, tokenizer, examples, *, stop_loss: float | None, steps: int = 400) -> bool:
+    """Adam on `answer_batch(examples)` until the loss is below `stop_loss` or, with None, until
+    greedy decoding gives every answer (each answer token the argmax under teacher forcing, the
+    path greedy decoding takes); False if `steps` ran out first."""
     ids, labels, mask = answer_batch(tokenizer, examples)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(steps):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        if loss.item() < stop_loss:
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        if stop_loss is None:
+            predicted, wanted = out.logits.argmax(-1)[:, :-1], labels[:, 1:]
+            if ((predicted == wanted) | (wanted == -100)).all():
+                return True
+        elif out.loss.item() < stop_loss:
             return True
         opt.zero_grad()
-        loss.backward()
+        out.loss.backward()
         opt.step()
     return False
+
+
+def memorising_base(path: Path, tokenizer, examples, *, max_positions: int, stop_loss: float | None,
+                    steps: int = 400) -> Path:
+    """`small_llama` for `tokenizer` trained until it answers `examples` ((prompt, completion)
+    pairs; `fit_answers` says when), saved with the tokenizer at `path`."""
+    model = small_llama(tokenizer, max_positions)
+    if not fit_answers(model, tokenizer, examples, stop_loss=stop_loss, steps=steps):
+        raise AssertionError("the test model did not memorise its answers")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 def make_proposer_base(path: Path, steps: int = 400) -> Path:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from peft import PeftModel
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
+from conftest import small_llama
 from popula.adapters import AdapterStore, read_adapter
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, MultiLoRAModel
@@ -20,10 +21,7 @@ VOCAB = 80
 
 
 def make_base(path: Path, hidden: int = 32) -> Path:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    LlamaForCausalLM(cfg).save_pretrained(path)
+    small_llama(VOCAB, hidden=hidden, intermediate=64, heads=4, kv_heads=2).save_pretrained(path)
     return path
 
 

@@ -1,9 +1,19 @@
-"""Configs are validated once, at the edge, with errors that name the key at fault."""
+"""Configs are validated once, at the edge, with errors that name the key at fault; the
+defaults are what the shipped tiny-base config sets; a config may extend another."""
+
+import json
+from pathlib import Path
 
 import pytest
 
+from popula.cli import main
 from popula.config import Config, load_config
 from popula.errors import PopulaError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+# Each shipped config as it resolved before `extends:` and the measured defaults (issue 40).
+SHIPPED = json.loads((Path(__file__).parent / "data" / "shipped_configs.json").read_text())
 
 
 def write(tmp_path, text):
@@ -83,3 +93,78 @@ def test_unknown_evolution_operator_is_named():
     cfg = load_config(None, ["evolution.operator_mix={warp: 1.0}"])
     with pytest.raises(PopulaError, match="warp"):
         cfg.evolution.build(seed=0)
+
+
+def test_the_defaults_are_what_the_shipped_tiny_base_config_sets():
+    assert load_config(None) == load_config(CONFIGS / "tiny-cpu.yaml")
+    learner = Config().learner
+    assert (learner.lr, learner.kl_coef, learner.student_kl_coef) == (2e-3, 0.5, 0.05)
+
+
+def differences(got, want, where: str = "") -> list[str]:
+    """Where `got` differs from `want`, key by key over the keys `want` holds."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return [d for key in want for d in differences(got.get(key, "<missing>"), want[key], f"{where}{key}.")]
+    return [] if got == want else [f"{where.rstrip('.')}: {got!r}, was {want!r}"]
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_shipped_config_resolves_to_what_it_did_before_extends_and_the_new_defaults(name):
+    """What `popula run` writes as RUN_DIR/config.yaml is this, its runtime resolved on the
+    machine. Keys added since the recording are not compared (they take their defaults)."""
+    got = load_config(CONFIGS / f"{name}.yaml").model_dump(mode="json")
+    assert differences(got, SHIPPED[name]) == []
+
+
+def test_the_single_agent_config_is_the_population_config_with_one_adapter_and_no_evolution():
+    assert "extends: tiny-cpu.yaml" in (CONFIGS / "single-agent.yaml").read_text()
+    assert load_config(CONFIGS / "single-agent.yaml") == load_config(CONFIGS / "tiny-cpu.yaml", [
+        "population.teachers=1", "population.students=1", "population.single_agent=true", "evolution.enabled=false"])
+
+
+def test_an_extending_config_merges_sections_key_by_key_and_replaces_lists(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "root.yaml").write_text(
+        "seed: 1\nrun:\n  steps: 7\n  checkpoint_every: 2\ntasks:\n  types: [code_o, code_i]\n  references: 3\n")
+    (tmp_path / "base" / "middle.yaml").write_text("extends: root.yaml\nrun:\n  steps: 9\n")  # beside it
+    top = write(tmp_path, "extends: base/middle.yaml\ntasks:\n  types: [code_f]\n")  # relative to this file
+    cfg = load_config(top, ["seed=4"])
+    assert (cfg.seed, cfg.run.steps, cfg.run.checkpoint_every) == (4, 9, 2)
+    assert (cfg.tasks.types, cfg.tasks.references) == (["code_f"], 3)
+
+
+def test_an_extended_file_that_is_missing_is_named_with_the_key(tmp_path):
+    path = write(tmp_path, "extends: nope.yaml\n")
+    with pytest.raises(PopulaError, match=r"c\.yaml: extends: nope\.yaml: no such config file"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("files", [{"c.yaml": "extends: c.yaml\n"},
+                                   {"c.yaml": "extends: b.yaml\n", "b.yaml": "extends: ./c.yaml\nseed: 2\n"}],
+                         ids=["itself", "through-another"])
+def test_a_cycle_of_extends_is_refused_naming_the_file_and_key(tmp_path, files):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(PopulaError, match=r"yaml: extends: \S+ makes a cycle \(.*c\.yaml -> .*c\.yaml\)"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_extends_must_name_a_file_and_only_a_file_may_extend(tmp_path):
+    with pytest.raises(PopulaError, match="c.yaml: extends: must name a config file"):
+        load_config(write(tmp_path, "extends: [a.yaml]\n"))
+    with pytest.raises(PopulaError, match="only a config file can extend another"):
+        load_config(None, ["extends=configs/tiny-cpu.yaml"])
+
+
+def test_a_bad_inherited_key_is_named_once_validated_with_the_file_it_came_from(tmp_path):
+    (tmp_path / "base.yaml").write_text("population:\n  teachers: 0\n")
+    path = write(tmp_path, "extends: base.yaml\npopulation:\n  students: 2\n")
+    with pytest.raises(PopulaError, match=r"c\.yaml \(extending .*base\.yaml\): invalid config: population\.teachers"):
+        load_config(path)
+
+
+def test_popula_run_exits_2_on_a_cycle_before_anything_starts(tmp_path, capsys):
+    path = write(tmp_path, "extends: c.yaml\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert "extends: c.yaml makes a cycle" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import popula.cli
-from conftest import answer_batch, small_llama
+from conftest import memorising_base
 from popula.adapters import AdapterStore
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
@@ -39,6 +39,8 @@ from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
 from popula.sandbox import Sandbox
 from popula.tasks.prompts import CompactFormat
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # every test here trains or samples a small model
 
 # The two tasks the test model memorises (prompt -> answer), and one it was never shown.
 KNOWN = [
@@ -67,35 +69,13 @@ def write_tasks(path: Path) -> Path:
 
 
 def make_memorising_base(path: Path) -> Path:
-    """A tiny Llama (with the compact tokenizer) trained until greedy decoding answers KNOWN.
-
-    Training stops once every answer token is the argmax under teacher forcing, which is
-    exactly the path greedy decoding takes (about 40 Adam steps, under a second).
-    """
+    """A tiny Llama (with the compact tokenizer) trained until greedy decoding answers KNOWN
+    (about 40 Adam steps, under a second)."""
     fmt = CompactFormat()
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, a) + "<|end|>" for t, a in KNOWN]
     tok = train_tokenizer(texts * 20 + [fmt.student_prompt(UNKNOWN_SOLVED)], 300, max_length=128)
-    model = small_llama(tok, 128)
-    ids, labels, mask = answer_batch(tok, [(fmt.student_prompt(t), fmt.answer_completion(t, a)) for t, a in KNOWN])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(300):
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        opt.zero_grad()
-        out.loss.backward()
-        opt.step()
-        predicted, wanted = out.logits.argmax(-1)[:, :-1], labels[:, 1:]
-        if ((predicted == wanted) | (wanted == -100)).all():
-            break
-    else:
-        raise AssertionError("the test model did not memorise its answers")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread(one_torch_thread):
-    """Every test here trains or samples a small model: one torch thread (see conftest)."""
+    return memorising_base(path, tok, [(fmt.student_prompt(t), fmt.answer_completion(t, a)) for t, a in KNOWN],
+                           max_positions=128, stop_loss=None, steps=300)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,9 @@ import pytest
 import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import get_peft_model, set_peft_model_state_dict
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
+from conftest import plain_learner, small_llama
 from popula.config import LearnerConfig, LoraConfig
 from popula.errors import PopulaError
 from popula.learner import NonFiniteUpdateWarning, PopulationLearner, Rollout
@@ -29,10 +30,7 @@ LORA = LoraConfig(rank=RANK, alpha=ALPHA)
 
 
 def tiny_llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).eval()
+    return small_llama(VOCAB, hidden=32, heads=4, kv_heads=2).eval()
 
 
 def trained_looking_adapter(base: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -97,10 +95,10 @@ def peft_alone_gradient(base: torch.nn.Module, adapter: dict[str, torch.Tensor],
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg, kernel", [
-    (LearnerConfig(max_tokens_per_microbatch=40), "gather"),
-    (LearnerConfig(max_tokens_per_microbatch=40), "grouped"),
-    (LearnerConfig(max_tokens_per_microbatch=10_000, advantage="dr_grpo", clip_eps=0.1, clip_eps_high=0.3), None),
-    (LearnerConfig(max_tokens_per_microbatch=64, kl_coef=0.5), None),
+    (plain_learner(max_tokens_per_microbatch=40), "gather"),
+    (plain_learner(max_tokens_per_microbatch=40), "grouped"),
+    (plain_learner(max_tokens_per_microbatch=10_000, advantage="dr_grpo", clip_eps=0.1, clip_eps_high=0.3), None),
+    (plain_learner(max_tokens_per_microbatch=64, kl_coef=0.5), None),
 ], ids=["small-microbatches-gather", "small-microbatches-grouped", "one-microbatch-dr-grpo-clip-higher", "with-kl"])
 def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(cfg, kernel):
     base = tiny_llama()
@@ -129,7 +127,7 @@ def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(c
 def test_gradients_do_not_change_when_other_adapters_share_the_batch():
     base = tiny_llama()
     adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(["A", "B", "C"])}
-    learner = PopulationLearner(base, LORA, LearnerConfig(max_tokens_per_microbatch=48), max_adapters=3)
+    learner = PopulationLearner(base, LORA, plain_learner(max_tokens_per_microbatch=48), max_adapters=3)
     for n, sd in adapters.items():
         learner.add_adapter(n, sd)
     mixed = random_rollouts(["A", "B", "C"], 12, seed=5)
@@ -142,7 +140,7 @@ def test_gradients_do_not_change_when_other_adapters_share_the_batch():
 def test_loss_is_the_mean_over_all_tokens_of_the_adapter_not_of_per_sequence_means():
     base = tiny_llama()
     adapter = trained_looking_adapter(base, 0)
-    learner = PopulationLearner(base, LORA, LearnerConfig(), max_adapters=1)
+    learner = PopulationLearner(base, LORA, plain_learner(), max_adapters=1)
     learner.add_adapter("S0", adapter)
     long, short = random_rollouts(["S0"], 2, seed=1)
     long.completion_ids, long.sampler_logprobs = [5] * 9, [0.0] * 9
@@ -161,7 +159,7 @@ def test_loss_is_the_mean_over_all_tokens_of_the_adapter_not_of_per_sequence_mea
 def test_entropy_is_the_sampled_tokens_mean_negative_log_prob_over_all_of_an_adapters_tokens():
     base = tiny_llama()
     adapter = trained_looking_adapter(base, 0)
-    learner = PopulationLearner(base, LORA, LearnerConfig(), max_adapters=2)
+    learner = PopulationLearner(base, LORA, plain_learner(), max_adapters=2)
     for name in ("S0", "S1"):
         learner.add_adapter(name, adapter)
     rollouts = random_rollouts(["S0", "S1"], 4, seed=2)
@@ -193,7 +191,7 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 0
 
 
 def make_learner(names: list[str], cfg: LearnerConfig | None = None) -> PopulationLearner:
-    cfg = cfg or LearnerConfig(lr=1e-2)
+    cfg = cfg or plain_learner(lr=1e-2)
     base = tiny_llama()
     adapters = {n: trained_looking_adapter(base, seed) for seed, n in enumerate(names)}
     learner = PopulationLearner(base, LORA, cfg, max_adapters=4)
@@ -263,7 +261,7 @@ def test_an_inf_gradient_skips_the_adapter():
 
 @pytest.mark.slow
 def test_with_several_epochs_ratios_move_off_one_and_get_clipped():
-    learner = make_learner(["A"], LearnerConfig(lr=5e-2, epochs=4, clip_eps=0.05, grad_clip=None))
+    learner = make_learner(["A"], plain_learner(lr=5e-2, epochs=4, clip_eps=0.05, grad_clip=None))
     rollouts = random_rollouts(["A"], 8, seed=8)
     for r in rollouts:
         r.sampler_logprobs = [-x for x in _nll(learner, r)]
@@ -275,10 +273,10 @@ def test_with_several_epochs_ratios_move_off_one_and_get_clipped():
 
 def test_state_dict_round_trip_resumes_exactly():
     rollouts = random_rollouts(["A", "B"], 10, seed=9)
-    first = make_learner(["A", "B"], LearnerConfig(lr=1e-2, teacher_baseline="ema"))
+    first = make_learner(["A", "B"], plain_learner(lr=1e-2, teacher_baseline="ema"))
     first.step(rollouts)
     state = copy.deepcopy(first.state_dict())
-    resumed = make_learner(["Z"], LearnerConfig(lr=1e-2, teacher_baseline="ema"))
+    resumed = make_learner(["Z"], plain_learner(lr=1e-2, teacher_baseline="ema"))
     resumed.load_state_dict(state)
     assert resumed.adapters == ["A", "B"]
     first.step(rollouts)
@@ -324,7 +322,7 @@ def test_bad_rollouts_are_refused_naming_them():
 
 
 def test_a_full_learner_is_refused_with_advice():
-    learner = PopulationLearner(tiny_llama(), LORA, LearnerConfig(), max_adapters=1)
+    learner = PopulationLearner(tiny_llama(), LORA, plain_learner(), max_adapters=1)
     learner.add_adapter("A")
     with pytest.raises(PopulaError, match="max_adapters"):
         learner.add_adapter("B")
@@ -343,7 +341,7 @@ def test_a_gpu_learner_turns_cudnn_attention_off_before_its_first_backward():
     was = torch.backends.cuda.cudnn_sdp_enabled()
     try:
         torch.backends.cuda.enable_cudnn_sdp(True)
-        PopulationLearner(tiny_llama(), LORA, LearnerConfig(), max_adapters=1)  # a CPU learner leaves it alone
+        PopulationLearner(tiny_llama(), LORA, plain_learner(), max_adapters=1)  # a CPU learner leaves it alone
         assert torch.backends.cuda.cudnn_sdp_enabled()
         avoid_cudnn_attention()  # what a learner on cuda calls first
         assert not torch.backends.cuda.cudnn_sdp_enabled()
@@ -355,11 +353,8 @@ def test_a_gpu_learner_turns_cudnn_attention_off_before_its_first_backward():
 def test_a_bf16_learner_on_cuda_has_finite_gradients_for_rows_padded_to_192_tokens():
     """The shape that made cuDNN's attention backward return NaN: a mask, left-padded rows
     (their padded queries see no key) and a padded length of 64 more than a multiple of 128."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)
-    base = LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
-    learner = PopulationLearner(base, LORA, LearnerConfig(), max_adapters=1, device="cuda", dtype=torch.bfloat16)
+    base = small_llama(VOCAB, 256, hidden=128, heads=2, kv_heads=2).eval().to(torch.bfloat16)
+    learner = PopulationLearner(base, LORA, plain_learner(), max_adapters=1, device="cuda", dtype=torch.bfloat16)
     assert not torch.backends.cuda.cudnn_sdp_enabled()
     learner.add_adapter("A")
     g = torch.Generator().manual_seed(0)
@@ -373,7 +368,7 @@ def test_a_bf16_learner_on_cuda_has_finite_gradients_for_rows_padded_to_192_toke
 
 def test_over_a_bf16_base_the_adapters_train_in_float32_so_small_steps_are_kept():
     base = tiny_llama().to(torch.bfloat16)
-    learner = PopulationLearner(base, LORA, LearnerConfig(lr=1e-4), max_adapters=1, dtype=torch.bfloat16)
+    learner = PopulationLearner(base, LORA, plain_learner(lr=1e-4), max_adapters=1, dtype=torch.bfloat16)
     learner.add_adapter("A", trained_looking_adapter(tiny_llama(), seed=1))
     params = learner.model.slot_parameters(0)
     assert {p.dtype for p in params} == {torch.float32}
@@ -395,9 +390,9 @@ def test_student_rollouts_take_the_student_kl_coefficient_and_teacher_rollouts_t
     for i, r in enumerate(rollouts):
         r.role, r.task_type = ("teacher", "code_o") if r.adapter == "T" else ("student", "")
         r.reward, r.advantage = None, [1.0, -0.5, 0.25, -1.0][i % 4]
-    mixed = learner_with(LearnerConfig(kl_coef=0.05, student_kl_coef=0.5)).gradients(rollouts)
-    shared = learner_with(LearnerConfig(kl_coef=0.05)).gradients(rollouts)
-    strong = learner_with(LearnerConfig(kl_coef=0.5)).gradients(rollouts)
+    mixed = learner_with(plain_learner(kl_coef=0.05, student_kl_coef=0.5)).gradients(rollouts)
+    shared = learner_with(plain_learner(kl_coef=0.05)).gradients(rollouts)
+    strong = learner_with(plain_learner(kl_coef=0.5)).gradients(rollouts)
     for key, g in mixed["T"].items():
         torch.testing.assert_close(g, shared["T"][key])
     for key, g in mixed["S"].items():

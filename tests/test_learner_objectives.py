@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from popula.config import LearnerConfig
+from conftest import plain_learner
 from popula.learner import (
     EmaBaseline,
     Rollout,
@@ -97,7 +97,7 @@ def test_passk_caps_k_at_the_group_and_gives_flat_groups_nothing():
 def test_the_passk_option_reaches_students_and_leaves_teachers_alone():
     rollouts = [rollout("S0", "student", "t1", r) for r in (1.0, 0.0, 0.0, 0.0)] + \
                [rollout("T0", "teacher", "code_o", r) for r in (-1.0, 0.5, 0.0)]
-    adv = compute_advantages(rollouts, LearnerConfig(advantage="passk", pass_k=2), EmaBaseline(0.9))
+    adv = compute_advantages(rollouts, plain_learner(advantage="passk", pass_k=2), EmaBaseline(0.9))
     assert adv[:4] == pytest.approx(passk_advantages([1.0, 0.0, 0.0, 0.0], 2))
     assert adv[4:] == pytest.approx(group_advantages([-1.0, 0.5, 0.0], normalize_std=True))
 
@@ -106,7 +106,7 @@ def test_student_groups_never_span_adapters_or_roles():
     rollouts = [rollout("S0", "student", "t1", 1.0), rollout("S0", "student", "t1", 0.0),
                 rollout("S1", "student", "t1", 1.0), rollout("S1", "student", "t1", 1.0),
                 rollout("A", "teacher", "t1", 0.0), rollout("A", "student", "t1", 1.0)]
-    adv = compute_advantages(rollouts, LearnerConfig(advantage="dr_grpo"), EmaBaseline(0.9))
+    adv = compute_advantages(rollouts, plain_learner(advantage="dr_grpo"), EmaBaseline(0.9))
     # S0's pair is compared within itself; S1's equal pair has nothing to learn; the single
     # agent's teacher and student rollouts with the same group name stay apart (groups of one).
     assert adv == pytest.approx([0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
@@ -115,10 +115,10 @@ def test_student_groups_never_span_adapters_or_roles():
 def test_teacher_rewards_are_normalised_per_task_type_with_the_batch_baseline():
     rollouts = [rollout("T0", "teacher", "code_o", r) for r in (-1.0, 0.5, 0.0)] + \
                [rollout("T0", "teacher", "code_f", r) for r in (0.2, 0.4)]
-    adv = compute_advantages(rollouts, LearnerConfig(), EmaBaseline(0.9))
+    adv = compute_advantages(rollouts, plain_learner(), EmaBaseline(0.9))
     assert adv[:3] == pytest.approx(group_advantages([-1.0, 0.5, 0.0], normalize_std=True))
     assert adv[3:] == pytest.approx(group_advantages([0.2, 0.4], normalize_std=True))
-    unnormalised = compute_advantages(rollouts, LearnerConfig(teacher_normalize_std=False), EmaBaseline(0.9))
+    unnormalised = compute_advantages(rollouts, plain_learner(teacher_normalize_std=False), EmaBaseline(0.9))
     assert unnormalised[3:] == pytest.approx([-0.1, 0.1])
 
 
@@ -127,17 +127,17 @@ def test_the_population_baseline_compares_a_teachers_task_with_every_teachers_ta
                 rollout("T1", "teacher", "code_o", 0.5), rollout("T1", "teacher", "code_o", 0.7),
                 rollout("T1", "teacher", "code_f", 0.2), rollout("S0", "student", "code_o", 1.0),
                 rollout("S0", "student", "code_o", 0.0)]
-    adv = compute_advantages(rollouts, LearnerConfig(teacher_baseline="population"), EmaBaseline(0.9))
+    adv = compute_advantages(rollouts, plain_learner(teacher_baseline="population"), EmaBaseline(0.9))
     assert adv[:4] == pytest.approx(group_advantages([-1.0, 0.5, 0.5, 0.7], normalize_std=True))
     assert adv[4] == 0.0  # the only code_f task of the step: nothing to compare it with
     assert adv[5:] == pytest.approx(group_advantages([1.0, 0.0], normalize_std=True))  # students: unchanged
     # Per adapter, T1's 0.5 is the worse of its pair (pushed down); against all teachers it is above average.
-    per_adapter = compute_advantages(rollouts, LearnerConfig(), EmaBaseline(0.9))
+    per_adapter = compute_advantages(rollouts, plain_learner(), EmaBaseline(0.9))
     assert per_adapter[2] < 0 < adv[2]
 
 
 def test_the_ema_baseline_starts_at_the_batch_mean_then_remembers_past_steps():
-    cfg = LearnerConfig(teacher_baseline="ema", teacher_baseline_momentum=0.5, teacher_normalize_std=False)
+    cfg = plain_learner(teacher_baseline="ema", teacher_baseline_momentum=0.5, teacher_normalize_std=False)
     ema = EmaBaseline(cfg.teacher_baseline_momentum)
     first = compute_advantages([rollout("T0", "teacher", "code_i", r) for r in (0.0, 1.0)], cfg, ema)
     assert first == pytest.approx([-0.5, 0.5])
@@ -152,7 +152,7 @@ def test_the_ema_baseline_starts_at_the_batch_mean_then_remembers_past_steps():
 
 def test_a_given_advantage_wins_over_the_reward():
     adv = compute_advantages([rollout("S0", "student", "g", 1.0, advantage=-3.0),
-                              rollout("S0", "student", "g", 0.0)], LearnerConfig(), EmaBaseline(0.9))
+                              rollout("S0", "student", "g", 0.0)], plain_learner(), EmaBaseline(0.9))
     assert adv == [-3.0, 0.0]
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
+from conftest import plain_learner, small_llama
 from popula.adapters import AdapterStore
-from popula.config import LearnerConfig, LoraConfig
+from popula.config import LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import PopulationLearner, Rollout
@@ -37,11 +37,8 @@ def make_base(path: Path) -> Path:
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()[:40]))
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                             pad_token="<|endoftext|>").save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, initializer_range=0.3,
-                      eos_token_id=0, bos_token_id=0, pad_token_id=0)
-    LlamaForCausalLM(cfg).save_pretrained(path)
+    small_llama(VOCAB, 32, hidden=32, heads=4, kv_heads=2, initializer_range=0.3, eos_token_id=0, bos_token_id=0,
+                pad_token_id=0).save_pretrained(path)
     return path
 
 
@@ -58,7 +55,7 @@ def test_two_adapters_each_learn_their_own_target_tokens_in_shared_steps(tmp_pat
     lora = LoraConfig(rank=4, alpha=8.0)
     store = AdapterStore(tmp_path / "adapters", base_dir, rank=lora.rank, alpha=lora.alpha,
                          target_modules=lora.target_modules, seed=0)
-    learner = PopulationLearner(base_dir, lora, LearnerConfig(lr=2e-2), max_adapters=2)
+    learner = PopulationLearner(base_dir, lora, plain_learner(lr=2e-2), max_adapters=2)
     engine = TorchEngine(base_dir, max_adapters=3, max_rank=lora.rank, seed=0)
     refs = {n: store.create(n) for n in TARGETS}
     for n, ref in refs.items():

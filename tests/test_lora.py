@@ -12,8 +12,9 @@ import copy
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from conftest import small_llama
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, MultiLoRAModel, fresh_peft_state_dict, peft_key
 
@@ -21,10 +22,7 @@ TARGETS = list(DEFAULT_TARGET_MODULES)
 
 
 def tiny_llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).eval()
+    return small_llama(96, hidden=32, heads=4, kv_heads=2).eval()
 
 
 def tiny_qwen2() -> Qwen2ForCausalLM:

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from popula.adapters import AdapterStore
-from popula.config import LearnerConfig, LoraConfig
+from conftest import plain_learner
+from popula.config import LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import PopulationLearner, Rollout
@@ -65,7 +66,7 @@ def test_the_learner_recomputes_the_samplers_logprobs_for_every_adapter(setup):
     requests = _requests(refs)
     results = TorchEngine(base, max_adapters=N_ADAPTERS, max_rank=8).generate(requests)
     learner = PopulationLearner(base, LoraConfig(rank=4, alpha=8.0, target_modules=TARGETS),
-                                LearnerConfig(lr=1e-3), max_adapters=N_ADAPTERS)
+                                plain_learner(lr=1e-3), max_adapters=N_ADAPTERS)
     for ref in refs:
         learner.add_adapter(ref.name, store.load(ref).state_dict)
     rollouts = [Rollout(adapter=req.adapter.name, role="student", task_type="code_o", group=f"g{i}",

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import popula.cli
-from conftest import fit_answers, small_llama
+from conftest import memorising_base
 from popula.adapters import AdapterStore
 from popula.league import League
 from popula.model.tokenizer import train_tokenizer
@@ -30,7 +30,7 @@ from popula.retention import EVAL_NAMESPACE, TRAIN_NAMESPACE
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import CompactFormat
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # it trains and samples small models
 
 TASKS = 2  # --tasks and --train-tasks of every command here
 SEED = 0
@@ -44,19 +44,9 @@ def make_memorising_base(path: Path) -> Path:
     stream = generate_tasks(TASKS, seed=SEED, types=["code_o"], namespace=TRAIN_NAMESPACE, workers=1)
     texts = [fmt.student_prompt(t) + fmt.answer_completion(t, t.outputs[0]) + "<|end|>" for t in held_out]
     tok = train_tokenizer(texts * 20 + [fmt.student_prompt(t) for t in stream], 300, max_length=512)
-    model = small_llama(tok, 512)
     # until sampling at temperature 1 almost always gives the answer
-    if not fit_answers(model, tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0])) for t in held_out],
-                       stop_loss=0.01):
-        raise AssertionError("the test model did not memorise its answers")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread(one_torch_thread):
-    """Every test here trains or samples a small model: one torch thread (see conftest)."""
+    return memorising_base(path, tok, [(fmt.student_prompt(t), fmt.answer_completion(t, t.outputs[0])) for t in held_out],
+                           max_positions=512, stop_loss=0.01)
 
 
 @pytest.fixture(scope="module")

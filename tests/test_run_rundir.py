@@ -51,7 +51,7 @@ def test_a_run_from_before_a_key_existed_resumes_at_its_default_and_refuses_anot
     prepare_run_dir(tmp_path, load_config(None), resume=True).release()
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     with pytest.raises(PopulaError, match=r"differs at learner\.teacher_strata"):
-        prepare_run_dir(tmp_path, load_config(None, ["learner.teacher_strata=lines"]), resume=True)
+        prepare_run_dir(tmp_path, load_config(None, ["learner.teacher_strata=none"]), resume=True)
 
 
 def test_resume_of_nothing_is_a_clear_error(tmp_path):
@@ -62,3 +62,16 @@ def test_resume_of_nothing_is_a_clear_error(tmp_path):
 def test_resume_may_move_the_run_onto_a_ray_cluster(tmp_path):
     prepare_run_dir(tmp_path, load_config(None), resume=False).release()
     prepare_run_dir(tmp_path, load_config(None, ["ray.enabled=true"]), resume=True).release()
+
+
+def test_resume_compares_the_resolved_config_not_the_file_it_extends(tmp_path):
+    run = tmp_path / "run"
+    prepare_run_dir(run, load_config("configs/single-agent.yaml"), resume=False).release()
+    assert "extends" not in (run / "config.yaml").read_text()  # the run's config is the merged one
+    saved = (run / "config.yaml").read_text()
+    prepare_run_dir(run, load_config(run / "config.yaml"), resume=True).release()
+    prepare_run_dir(run, load_config("configs/single-agent.yaml"), resume=True).release()
+    assert (run / "config.yaml").read_text() == saved
+    with pytest.raises(PopulaError, match=r"differs at evolution\.enabled, population\.single_agent, "
+                                          r"population\.students, population\.teachers"):
+        prepare_run_dir(run, load_config("configs/tiny-cpu.yaml"), resume=True)

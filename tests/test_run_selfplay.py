@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast
 
 from popula.adapters import AdapterRef
 
-from popula.config import LearnerConfig
+from popula.config import LearnerConfig, load_config
 from popula.engines.base import GenerationResult, Sample
 from popula.league import Match
 from popula.learner import Rollout
@@ -223,3 +223,19 @@ def test_line_strata_compare_a_teachers_task_only_with_tasks_of_its_shape(tmp_pa
     # only against the other multi-line attempt
     assert strata[0] == strata[1] == 0.0
     assert strata[2] > 0 > strata[3]
+
+
+def test_play_settings_take_each_config_setting_by_its_name():
+    cfg = load_config(None, ["tasks.types=[code_i]", "tasks.proposals_per_type=3", "tasks.references=5",
+                             "tasks.seed_references=1", "generation.rollouts=6", "generation.temperature=0.9",
+                             "generation.teacher_temperature=0.7", "generation.top_p=0.95",
+                             "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
+                             "rewards.invalid_task=-0.5", "rewards.novelty_window=16"])
+    assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
+        types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, temperature=0.9,
+        teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
+        invalid_task_reward=-0.5, novelty_window=16, context=2048)
+    unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
+    assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
+    with pytest.raises(TypeError):
+        PlaySettings(["code_o"], 1, 2, 4, 1.0, 1.0, 1.0, 64, 64)  # keywords only

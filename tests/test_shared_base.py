@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import small_llama
 from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
 from popula.engines.base import GenerationRequest
@@ -87,17 +88,11 @@ def test_the_next_generation_sees_the_learners_update_without_reading_an_adapter
 
 def make_base(path: Path, hidden: int, layers: int) -> Path:
     """A random Llama of the given width and depth with a small tokenizer (saved, not trained)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from popula.model.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["def f(x):\n    return x + 1\n"] * 20, 300, max_length=256)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=3 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64,
-                      max_position_embeddings=256, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(cfg).save_pretrained(path)
+    small_llama(tok, 256, hidden=hidden, intermediate=3 * hidden, layers=layers, heads=hidden // 64,
+                kv_heads=hidden // 64, tie_word_embeddings=False).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 

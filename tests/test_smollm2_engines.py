@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from popula.adapters import AdapterStore
-from popula.config import LearnerConfig, LoraConfig
+from conftest import plain_learner
+from popula.config import LoraConfig
 from popula.engines import create_engine
 from popula.engines.base import GenerationRequest
 from popula.evaluate import encode_prompt
@@ -35,7 +36,7 @@ def world(smollm2_base, tmp_path_factory):
     tok = AutoTokenizer.from_pretrained(str(smollm2_base))
     store = AdapterStore(root / "adapters", smollm2_base, rank=RANK, alpha=16.0, seed=1)
     lora = LoraConfig(rank=RANK, alpha=16.0)
-    learner = PopulationLearner(smollm2_base, lora, LearnerConfig(lr=2e-3), max_adapters=2)  # one adapter per engine
+    learner = PopulationLearner(smollm2_base, lora, plain_learner(lr=2e-3), max_adapters=2)  # one adapter per engine
     return smollm2_base, tok, store, learner, lora
 
 

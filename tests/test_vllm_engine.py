@@ -18,6 +18,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from conftest import small_llama
 from popula.adapters import AdapterRef, AdapterStore
 from popula.engines import create_engine
 from popula.engines.base import GenerationRequest
@@ -41,12 +42,8 @@ def make_base(path: Path, *, hidden: int = 128, seed: int = 0) -> Path:
         vocab_size=320, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False))
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>").save_pretrained(path)
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=2, num_attention_heads=hidden // 32, num_key_value_heads=hidden // 64,
-                         max_position_embeddings=256, bos_token_id=0, eos_token_id=EOS, initializer_range=0.1,
-                         tie_word_embeddings=False)
-    LlamaForCausalLM(config).save_pretrained(path)
+    small_llama(tok.get_vocab_size(), 256, hidden=hidden, heads=hidden // 32, kv_heads=hidden // 64, seed=seed,
+                bos_token_id=0, eos_token_id=EOS, initializer_range=0.1, tie_word_embeddings=False).save_pretrained(path)
     return path
 
 

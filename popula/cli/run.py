@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
         epilog="example: popula run configs/tiny-cpu.yaml --out runs/demo --set run.steps=20",
     )
-    parser.add_argument("config", type=Path, metavar="CONFIG", help="YAML config (see configs/)")
+    parser.add_argument("config", type=Path, metavar="CONFIG",
+                        help="YAML config (see configs/); unnamed keys take the defaults, which are configs/tiny-cpu.yaml's, "
+                             "and `extends: FILE` starts from another config")
     parser.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
     parser.add_argument("--steps", type=int, metavar="N", help="total steps (overrides run.steps)")
     parser.add_argument("--seed", type=int, metavar="S", help="seed (overrides seed)")

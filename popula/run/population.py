@@ -140,14 +140,9 @@ class PopulationRun:
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.workers = build_workers(cfg, self.base_path, self.reservation)
         self.engine, self.sandbox, self.learner = self.workers.engine, self.workers.sandbox, self.workers.learner
-        g = cfg.generation
         self.play = SelfPlay(self.engine, self.sandbox, prompt_format(self.tokenizer), self.tokenizer,
                              stop_token_ids(self.tokenizer),
-                             PlaySettings(cfg.tasks.types, cfg.tasks.proposals_per_type, cfg.tasks.references,
-                                          g.rollouts, g.temperature, g.proposal_temperature, g.top_p,
-                                          g.teacher_max_tokens, g.student_max_tokens, cfg.rewards.invalid_task,
-                                          cfg.rewards.novelty_window, cfg.tasks.seed_references,
-                                          context_of(cfg, self.base_path)))
+                             PlaySettings.from_config(cfg, context=context_of(cfg, self.base_path)))
         self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
                                      cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
         if resume:

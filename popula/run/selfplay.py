@@ -19,6 +19,7 @@ import numpy as np
 
 from popula.adapters import AdapterRef
 from popula.complexity import written_multiline
+from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.evaluate import encode_prompt
 from popula.league import Match, TaskResult
@@ -89,8 +90,10 @@ class StepGame:
     verified: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlaySettings:
+    """What a step plays with, named as in the config (`from_config`); keywords only."""
+
     types: Sequence[str]
     proposals_per_type: int
     references: int
@@ -104,6 +107,17 @@ class PlaySettings:
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
+
+    @classmethod
+    def from_config(cls, cfg: Config, context: int | None = None) -> "PlaySettings":
+        """The settings `cfg`'s tasks, generation and rewards sections give, each by its name."""
+        tasks, gen, rewards = cfg.tasks, cfg.generation, cfg.rewards
+        return cls(types=tasks.types, proposals_per_type=tasks.proposals_per_type, references=tasks.references,
+                   seed_references=tasks.seed_references, rollouts=gen.rollouts, temperature=gen.temperature,
+                   teacher_temperature=gen.proposal_temperature, top_p=gen.top_p,
+                   teacher_max_tokens=gen.teacher_max_tokens, student_max_tokens=gen.student_max_tokens,
+                   invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
+                   context=context)
 
 
 class SelfPlay:
