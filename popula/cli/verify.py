@@ -27,7 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Validate the task records of a JSONL file in the sandbox (parse, policy, limits, "
             "determinism), fill in their outputs, and judge any answers. One JSON result per "
-            "record, same order; a summary on stderr."
+            "record, same order; a summary on stderr. Answers are data: a code_o answer must be a "
+            "literal value (e.g. [1, 'a', (2.5, None)], {nan}, frozenset({1})) and a code_i answer an "
+            "argument list of literal values (e.g. [3, 1], key='x'); they are compared outside the "
+            "jail and never run, and anything else is judged wrong with answer_reason "
+            "'not_a_value'. A code_f answer is a program defining f, run on the hidden inputs."
         ),
     )
     parser.add_argument("tasks", metavar="TASKS.jsonl", help="task records, one JSON object per line")
