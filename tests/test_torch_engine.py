@@ -158,6 +158,29 @@ def test_batch_size_limit_and_adapter_slots_do_not_change_results(base_dir, stor
     assert narrow_engine.loaded_adapters() == [store.latest("s0").uid]
 
 
+def test_a_shared_prompt_is_prefilled_once_and_every_row_draws_what_it_drew_prefilling_it_alone(base_dir, store):
+    """Rows of one prompt and adapter prefill it once and branch; token for token the samples
+    are those of the path where every row prefilled its own copy."""
+    t0, s0 = store.latest("t0"), store.latest("s0")
+    requests = [GenerationRequest(PROMPTS[2], adapter=s0, n=6, temperature=1.0, max_tokens=12, seed=1),
+                GenerationRequest(PROMPTS[0], adapter=t0, n=4, temperature=0.7, top_p=0.9, max_tokens=9, seed=2),
+                GenerationRequest(PROMPTS[2], adapter=t0, n=3, temperature=1.3, max_tokens=10),  # other adapter
+                GenerationRequest(PROMPTS[2], adapter=s0, n=2, temperature=1.0, max_tokens=5),  # same as the first
+                GenerationRequest(PROMPTS[1], n=5, temperature=0.0, max_tokens=8, seed=3),  # bare base, greedy
+                GenerationRequest(PROMPTS[3], adapter=s0, n=1, max_tokens=11, seed=4)]
+    shared = TorchEngine(base_dir, max_adapters=4, max_rank=8, seed=5, max_batch_size=8)
+    own = TorchEngine(base_dir, max_adapters=4, max_rank=8, seed=5, max_batch_size=8, share_prefill=False)
+    got, want = shared.generate(requests), own.generate(requests)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert [s.token_ids for s in a.samples] == [s.token_ids for s in b.samples], f"request {i}"
+        for sa, sb in zip(a.samples, b.samples):
+            assert sa.logprobs == pytest.approx(sb.logprobs, abs=1e-5)
+            assert sa.finish_reason == sb.finish_reason
+    assert own.prompt_tokens == sum(len(r.prompt_ids) * r.n for r in requests)
+    assert shared.prompt_tokens < own.prompt_tokens / 2
+    assert any(len({tuple(s.token_ids) for s in r.samples}) > 1 for r in got)  # the branches drew apart
+
+
 def test_a_new_version_is_served_with_its_own_weights_never_the_cached_ones(base_dir, tmp_path):
     store = AdapterStore(tmp_path / "adapters", base_dir, rank=4, alpha=8.0)
     v0 = store.create("s1")

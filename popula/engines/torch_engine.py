@@ -10,7 +10,9 @@ Decoding: prompts are left-padded (attention mask + per-row position ids) into c
 most `max_batch_size` rows, sorted by length to waste little padding; a `StaticCache`
 preallocated for prompt + max_tokens holds keys and values (a growing cache re-copies
 itself every step: that cost 5x the throughput at 128 new tokens); finished rows are
-dropped from the batch (and its cache) once a quarter of it has finished.
+dropped from the batch (and its cache) once a quarter of it has finished. Rows that share a
+prompt and an adapter (the n samples of a request) prefill it once: one row runs the prompt and
+the cache rows are copied to the others before the first token is drawn (`share_prefill`).
 
 Sampling and log-probabilities: row randomness comes from its own `torch.Generator`, seeded
 from (request seed, sample index) -- or (engine seed, call number, request index, sample
@@ -86,6 +88,21 @@ def _select_cache_rows(cache: StaticCache, keep: torch.Tensor) -> None:
             layer.batch_size = len(keep)
 
 
+def _shared_prompts(rows: list[_Row]) -> tuple[list[int], list[int] | None]:
+    """Rows that share (prompt, slot): the first row of each such group, and each row's group
+    (None when no two rows share, so there is nothing to branch)."""
+    group: dict[tuple[int, tuple[int, ...]], int] = {}
+    first: list[int] = []
+    inverse = []
+    for k, row in enumerate(rows):
+        key = (row.slot, tuple(row.prompt))
+        if key not in group:
+            group[key] = len(first)
+            first.append(k)
+        inverse.append(group[key])
+    return first, (inverse if len(first) < len(rows) else None)
+
+
 def _row_seed(*entropy: int) -> int:
     state = np.random.SeedSequence([e & (2**63 - 1) for e in entropy]).generate_state(2, dtype=np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
@@ -101,12 +118,15 @@ class TorchEngine:
     def __init__(self, base_path: str | os.PathLike, *, max_adapters: int = 8, max_rank: int = 16, seed: int = 0,
                  target_modules: Sequence[str] = DEFAULT_TARGET_MODULES, max_batch_size: int = 64,
                  device: str = "cpu", dtype: torch.dtype | str = torch.float32,
-                 model: MultiLoRAModel | None = None, slots: Sequence[int] | None = None) -> None:
+                 model: MultiLoRAModel | None = None, slots: Sequence[int] | None = None,
+                 share_prefill: bool = True) -> None:
         """`model`: serve from this MultiLoRAModel (a learner's, `PopulationLearner.model`) instead
         of loading the base again; `slots` are the ones this engine may load adapter files into
         (default: all of its own model's). Adapters the learner holds are served from the
         learner's own slots once `bind` names them: one base and one set of adapter tensors in
-        memory, and the learner's update is what the next generation sees, no file in between."""
+        memory, and the learner's update is what the next generation sees, no file in between.
+        `share_prefill` False prefills every row's prompt itself (the path before prompts were
+        shared; benchmarks/step_cost.py compares the two)."""
         if max_adapters < 1 or max_batch_size < 1:
             raise PopulaError(f"max_adapters and max_batch_size must be >= 1, got {max_adapters}, {max_batch_size}")
         self.base_path = base_path
@@ -144,6 +164,8 @@ class TorchEngine:
         self._capacity = len(self._free)
         self._bound: dict[int, tuple[object, str, int | None]] = {}  # uid -> (learner, name, weights token)
         self.files_read = 0  # adapter files loaded from disk (a shared model should need none)
+        self.share_prefill = share_prefill
+        self.prompt_tokens = 0  # prompt tokens run through the model by prefills (padding left out)
         self._calls = 0
 
     # -- Engine ------------------------------------------------------------------------------------
@@ -297,9 +319,7 @@ class TorchEngine:
         alive = torch.ones(n, dtype=torch.bool, device=dev)
         slots = torch.tensor([r.slot for r in rows])
         cache = StaticCache(config=self.config, max_cache_len=width + steps)
-        self.model.set_routing(slots)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                            use_cache=True, logits_to_keep=1).logits[:, -1]
+        logits = self._prefill(rows, ids, mask, pos, slots, cache)
         next_pos = pos[:, -1:] + 1
         for step in range(steps):
             tok, lp = sample_next(logits, temperature[batch], top_p[batch], uniforms[batch, step])
@@ -324,6 +344,29 @@ class TorchEngine:
             next_pos = next_pos + 1
         self.model.set_routing(None)
         return self._samples(tokens.cpu(), logprobs.cpu(), lengths.cpu(), stopped.cpu())
+
+    def _prefill(self, rows: list[_Row], ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                 slots: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+        """Run every row's prompt into `cache`; returns each row's next-token logits (rows, V).
+
+        With `share_prefill`, rows of one prompt and slot run it once and the cache rows are
+        copied: the same keys and values, a fraction of the work. What a row samples is
+        unchanged, since its randomness is its own uniforms, not its place in the batch.
+        """
+        first, inverse = _shared_prompts(rows) if self.share_prefill else (list(range(len(rows))), None)
+        self.prompt_tokens += sum(len(rows[k].prompt) for k in first)
+        if inverse is None:
+            self.model.set_routing(slots)
+            return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                              use_cache=True, logits_to_keep=1).logits[:, -1]
+        keep = torch.tensor(first, device=ids.device)
+        self.model.set_routing(slots[first])
+        logits = self.model(input_ids=ids[keep], attention_mask=mask[keep], position_ids=pos[keep],
+                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        branch = torch.tensor(inverse, device=ids.device)
+        _select_cache_rows(cache, branch)
+        self.model.set_routing(slots)
+        return logits[branch]
 
     def _samples(self, tokens: torch.Tensor, logprobs: torch.Tensor, lengths: torch.Tensor,
                  stopped: torch.Tensor) -> list[Sample]:

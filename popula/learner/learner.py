@@ -20,7 +20,20 @@ Memory: rows are packed into microbatches of at most `max_tokens_per_microbatch`
 (rows x padded length); gradients accumulate over microbatches, and each adapter steps
 once per epoch. Rows are left-padded, so every row's completion ends at the last position
 and only the last K+1 positions go through the LM head (`logits_to_keep`), K being the
-longest completion in the microbatch: long prompts cost no vocabulary-sized logits.
+longest completion in the microbatch: long prompts cost no vocabulary-sized logits. (That is
+the path without `share_prompts` and `logit_chunk`, the two below.)
+
+Shared prompts: a student's rollouts of one task (4-8 of them) share the prompt and the
+adapter; with `share_prompts` they go as one packed sequence, the prompt once and then each
+completion, with a block attention mask (a completion sees the prompt and itself, never
+another completion) and each completion's position ids as if it were alone, so the prompt's
+forward and backward run once per task instead of once per rollout. Log-probs and gradients
+are those of one row per rollout up to float rounding (tests/test_learner_shared_prompts.py).
+
+Log-probs without the logits (`logit_chunk`): the sampled tokens' log-probs come from the
+final hidden states of the positions that predict them, through the LM head a chunk of
+positions at a time (`objective.selected_logprobs`), so a (tokens x vocabulary) float32
+tensor never exists; the objective needs nothing else (its KL is k3 on sampled tokens).
 
 KL to the base (optional): the base's log-probs are computed once per step, by a
 no-grad forward of the same microbatch with every row routed to the bare base (the
@@ -37,7 +50,7 @@ import os
 import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -46,8 +59,8 @@ from torch import nn
 from popula.config import LearnerConfig, LoraConfig
 from popula.errors import PopulaError
 from popula.learner.advantages import EmaBaseline, compute_advantages
-from popula.learner.objective import clipped_token_loss, token_logprobs
-from popula.learner.packing import pack_rows
+from popula.learner.objective import clipped_token_loss, selected_logprobs, token_logprobs
+from popula.learner.packing import pack_prompts, pack_rows, packed_length
 from popula.learner.rollout import Rollout
 from popula.lora import BASE_SLOT, MultiLoRAModel, peft_key
 
@@ -71,6 +84,16 @@ class _Rows:
     adapter: list[str]
     slot: list[int]
     versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
+    prompt_len: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Microbatch:
+    """The rows of one forward/backward, in the order of its (rows, K) tensors; `packs` (shared
+    prompts) lists the rows of each packed sequence, None: one left-padded sequence per row."""
+
+    rows: list[int]
+    packs: list[list[int]] | None = None
 
 
 def avoid_cudnn_attention() -> None:
@@ -102,11 +125,18 @@ class PopulationLearner:
     half the CPU time of grouped, 8 adapters costing it about what 1 does
     (docs/results/design-figures.md § LoRA kernel on CPU); grouped's advantage (each adapter's weights read
     once, no per-row copies kept for backward) is a GPU and large-model one.
+
+    `share_prompts` packs rollouts of one prompt and adapter into one sequence, and
+    `logit_chunk` (positions per LM-head chunk; None: full logits) computes log-probs without
+    the vocabulary-sized logits (the module docstring says how); False and None are the paths
+    before them, which benchmarks/step_cost.py compares. Packing needs an attention that takes
+    a 4D mask (sdpa, eager) and chunking a plain LM head; elsewhere they are turned off.
     """
 
     def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig | None = None,
                  *, seed: int = 0, max_adapters: int = 16, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, kernel: str | None = None, spare_slots: int = 0) -> None:
+                 dtype: torch.dtype = torch.float32, kernel: str | None = None, spare_slots: int = 0,
+                 share_prompts: bool = True, logit_chunk: int | None = 256) -> None:
         if max_adapters < 1 or spare_slots < 0:
             raise PopulaError(f"max_adapters must be >= 1 and spare_slots >= 0, got {max_adapters}, {spare_slots}")
         self.max_adapters = max_adapters
@@ -144,6 +174,11 @@ class PopulationLearner:
         self._tokens: dict[str, int] = {}
         self._next_token = 0
         self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
+        if logit_chunk is not None and logit_chunk < 1:
+            raise PopulaError(f"logit_chunk must be >= 1 or None, got {logit_chunk}")
+        self.share_prompts = share_prompts and _takes_4d_mask(model)
+        self.logit_chunk = logit_chunk if _plain_lm_head(model) else None
+        self.prompt_tokens = 0  # prompt tokens run through the model (padding left out), all forwards
 
     # -- the population ------------------------------------------------------------------------
 
@@ -306,6 +341,19 @@ class PopulationLearner:
         self._zero_grad(active)
         return out
 
+    @torch.no_grad()
+    def logprobs(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
+        """Each rollout's completion-token log-probs as the trainer computes them, with the current
+        weights and nothing updated; for checks and diagnostics ([] for an empty completion)."""
+        rows = self._prepare(rollouts, copy.deepcopy(self.ema))
+        out: list[list[float]] = [[] for _ in rows.ids]
+        for batch in self._pack(rows):
+            logp = self._logprobs(self._batch_tensors(rows, batch)).cpu()
+            for j, i in enumerate(batch.rows):
+                out[i] = logp[j, logp.shape[1] - rows.completion_len[i]:].tolist()
+        kept = iter(out)
+        return [next(kept) if r.completion_ids else [] for r in rollouts]
+
     # -- internals -----------------------------------------------------------------------------
 
     def _prepare(self, rollouts: Sequence[Rollout], ema: EmaBaseline) -> _Rows:
@@ -319,6 +367,7 @@ class PopulationLearner:
             if not r.completion_ids:
                 continue
             rows.ids.append(list(r.prompt_ids) + list(r.completion_ids))
+            rows.prompt_len.append(len(r.prompt_ids))
             rows.completion_len.append(len(r.completion_ids))
             rows.sampler_logprobs.append(list(r.sampler_logprobs))
             rows.advantage.append(adv)
@@ -330,51 +379,152 @@ class PopulationLearner:
             rows.versions[r.adapter].add(r.adapter_version)
         return rows
 
-    def _pack(self, rows: _Rows) -> list[list[int]]:
+    def _pack(self, rows: _Rows) -> list[_Microbatch]:
         """Microbatches under the token budget, rows of each ordered by slot (the LoRA layers
-        then group rows by adapter without a permutation)."""
-        batches = pack_rows([len(ids) for ids in rows.ids], self.cfg.max_tokens_per_microbatch)
-        return [sorted(b, key=lambda i: (rows.slot[i], i)) for b in batches]
+        then group rows by adapter without a permutation). With `share_prompts` the budget
+        counts packs (rows of one prompt and adapter as one sequence) and their lengths."""
+        budget = self.cfg.max_tokens_per_microbatch
+        if not self.share_prompts:
+            batches = pack_rows([len(ids) for ids in rows.ids], budget)
+            return [_Microbatch(sorted(b, key=lambda i: (rows.slot[i], i))) for b in batches]
+        keys = [(rows.slot[i], tuple(ids[:rows.prompt_len[i]])) for i, ids in enumerate(rows.ids)]
+        packs = pack_prompts(keys, rows.prompt_len, _completions(rows), budget)
+        lengths = [self._pack_length(rows, p) for p in packs]
+        out = []
+        for batch in pack_rows(lengths, budget):
+            ordered = sorted((packs[k] for k in batch), key=lambda p: (rows.slot[p[0]], p[0]))
+            out.append(_Microbatch([i for p in ordered for i in p], ordered))
+        return out
 
-    def _batch_tensors(self, rows: _Rows, batch: list[int]) -> dict[str, torch.Tensor]:
-        """Left-padded ids, mask and positions, plus each row's completion-token mask over the last K."""
-        length = max(len(rows.ids[i]) for i in batch)
-        k = max(rows.completion_len[i] for i in batch)
-        n = len(batch)
-        ids = torch.zeros(n, length, dtype=torch.long)
-        mask = torch.zeros(n, length, dtype=torch.long)
+    def _batch_tensors(self, rows: _Rows, batch: _Microbatch) -> dict[str, torch.Tensor]:
+        """The model's inputs (left-padded rows, or packed sequences) and, per row in `batch.rows`
+        order, its completion tokens right-aligned in the last K columns (mask, sampler log-probs)."""
+        k = max(rows.completion_len[i] for i in batch.rows)
+        n = len(batch.rows)
         old = torch.zeros(n, k)
-        for j, i in enumerate(batch):
+        for j, i in enumerate(batch.rows):
+            old[j, k - rows.completion_len[i]:] = torch.tensor(rows.sampler_logprobs[i], dtype=torch.float32)
+        m_rows = torch.tensor([rows.completion_len[i] for i in batch.rows])
+        token_mask = torch.arange(k).unsqueeze(0) >= (k - m_rows).unsqueeze(1)
+        if batch.packs is None:
+            inputs = self._padded_inputs(rows, batch.rows, k)
+        else:
+            inputs = self._packed_inputs(rows, batch.packs, k)
+        dev = self.device
+        return {
+            **{name: v.to(dev) for name, v in inputs.items()}, "token_mask": token_mask.to(dev), "old": old.to(dev),
+            "temperature": torch.tensor([rows.temperature[i] for i in batch.rows], dtype=torch.float32, device=dev),
+            "advantage": torch.tensor([rows.advantage[i] for i in batch.rows], dtype=torch.float32, device=dev),
+            "kl_coef": torch.tensor([rows.kl_coef[i] for i in batch.rows], dtype=torch.float32, device=dev),
+        }
+
+    def _padded_inputs(self, rows: _Rows, order: list[int], k: int) -> dict[str, torch.Tensor]:
+        """One left-padded sequence per row (every completion then ends at the last position)."""
+        length = max(len(rows.ids[i]) for i in order)
+        ids = torch.zeros(len(order), length, dtype=torch.long)
+        mask = torch.zeros(len(order), length, dtype=torch.long)
+        for j, i in enumerate(order):
             seq = rows.ids[i]
             ids[j, length - len(seq):] = torch.tensor(seq, dtype=torch.long)
             mask[j, length - len(seq):] = 1
-            m = rows.completion_len[i]
-            old[j, k - m:] = torch.tensor(rows.sampler_logprobs[i], dtype=torch.float32)
-        m_rows = torch.tensor([rows.completion_len[i] for i in batch])
-        token_mask = torch.arange(k).unsqueeze(0) >= (k - m_rows).unsqueeze(1)
-        dev = self.device
+        m_rows = torch.tensor([rows.completion_len[i] for i in order])
+        out_row, out_col = (torch.arange(k).unsqueeze(0) >= (k - m_rows).unsqueeze(1)).nonzero(as_tuple=True)
         return {
-            "ids": ids.to(dev), "mask": mask.to(dev), "positions": (mask.cumsum(-1) - 1).clamp(min=0).to(dev),
-            "targets": ids[:, length - k:].to(dev), "token_mask": token_mask.to(dev), "old": old.to(dev),
-            "temperature": torch.tensor([rows.temperature[i] for i in batch], dtype=torch.float32, device=dev),
-            "advantage": torch.tensor([rows.advantage[i] for i in batch], dtype=torch.float32, device=dev),
-            "kl_coef": torch.tensor([rows.kl_coef[i] for i in batch], dtype=torch.float32, device=dev),
+            "ids": ids, "mask": mask, "positions": (mask.cumsum(-1) - 1).clamp(min=0), "targets": ids[:, length - k:],
+            "slots": torch.tensor([rows.slot[i] for i in order]),
+            "prompt_tokens": torch.tensor(sum(rows.prompt_len[i] for i in order)),
+            "sel_row": out_row, "sel_pos": length - k - 1 + out_col, "sel_target": ids[out_row, length - k + out_col],
+            "sel_temp": torch.tensor([rows.temperature[i] for i in order], dtype=torch.float32)[out_row],
+            "out_row": out_row, "out_col": out_col,
         }
 
-    def _logprobs(self, t: dict[str, torch.Tensor], slots: list[int]) -> torch.Tensor:
-        """(rows, K) log-probs of the last K tokens of each row under its slot (-1: bare base)."""
-        k = t["targets"].shape[1]
+    def _pack_length(self, rows: _Rows, pack: list[int]) -> int:
+        p = rows.prompt_len[pack[0]]
+        return packed_length(p, [rows.ids[i][p:] for i in pack])
+
+    def _packed_inputs(self, rows: _Rows, packs: list[list[int]], k: int) -> dict[str, torch.Tensor]:
+        """One sequence per pack: its prompt, then each distinct completion but its last token, right-padded.
+
+        Each completion attends to the prompt and to its own earlier tokens (a block mask, 4D),
+        at position ids as if it were alone; its first token is predicted from the prompt's
+        last position. `sel_*` list each distinct (position, target, temperature) to score
+        once, `out_*` where each row's log-probs go in the (rows, K) layout of `_batch_tensors`.
+        Rows with one and the same completion read one log-prob, so their gradients meet in one
+        number: opposite advantages cancel exactly, as they did in rows computed alike.
+        """
+        width = max(self._pack_length(rows, p) for p in packs)
+        ids = torch.zeros(len(packs), width, dtype=torch.long)
+        positions = torch.zeros(len(packs), width, dtype=torch.long)
+        segment = torch.full((len(packs), width), -1)  # 0: prompt, s: the pack's s-th completion, -1: padding
+        scored: dict[tuple[int, int, int, float], int] = {}  # (pack, position, target, temperature) -> index
+        out: dict[str, list[int]] = {"out_row": [], "out_col": [], "out_index": []}
+        j = 0
+        for b, pack in enumerate(packs):
+            p = rows.prompt_len[pack[0]]
+            ids[b, :p] = torch.tensor(rows.ids[pack[0]][:p])
+            positions[b, :p] = torch.arange(p)
+            segment[b, :p] = 0
+            placed: dict[tuple[int, ...], int] = {}  # completion -> where its inputs start
+            for i in pack:
+                completion = tuple(rows.ids[i][p:])
+                m = len(completion)
+                if completion not in placed:
+                    start = placed[completion] = p + sum(len(c) - 1 for c in placed)
+                    ids[b, start:start + m - 1] = torch.tensor(completion[:-1], dtype=torch.long)
+                    positions[b, start:start + m - 1] = torch.arange(p, p + m - 1)
+                    segment[b, start:start + m - 1] = len(placed)
+                start = placed[completion]
+                for pos, target in zip([p - 1, *range(start, start + m - 1)], completion):
+                    out["out_index"].append(scored.setdefault((b, pos, target, rows.temperature[i]), len(scored)))
+                out["out_row"].extend([j] * m)
+                out["out_col"].extend(range(k - m, k))
+                j += 1
+        sel_row, sel_pos, sel_target, sel_temp = zip(*scored)
+        return {
+            "ids": ids, "mask": self._attention_mask(_block_mask(segment)), "positions": positions,
+            "slots": torch.tensor([rows.slot[p[0]] for p in packs]),
+            "prompt_tokens": torch.tensor(sum(rows.prompt_len[p[0]] for p in packs)),
+            "sel_row": torch.tensor(sel_row), "sel_pos": torch.tensor(sel_pos), "sel_target": torch.tensor(sel_target),
+            "sel_temp": torch.tensor(sel_temp, dtype=torch.float32),
+            **{name: torch.tensor(v, dtype=torch.long) for name, v in out.items()},
+        }
+
+    def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
+        """A 4D mask as the model's attention takes it: sdpa a boolean one, eager an additive one."""
+        base = self.model.base_model
+        if base.config._attn_implementation == "sdpa":
+            return allowed
+        return torch.zeros(allowed.shape, dtype=base.dtype).masked_fill(~allowed, torch.finfo(base.dtype).min)
+
+    def _logprobs(self, t: dict[str, torch.Tensor], *, base: bool = False) -> torch.Tensor:
+        """(rows, K) log-probs of each row's completion tokens (right-aligned) under its slot, or
+        under the bare base; zero outside the completion tokens."""
+        self.prompt_tokens += int(t["prompt_tokens"])
+        slots = torch.full_like(t["slots"], BASE_SLOT) if base else t["slots"]
+        inputs = {"input_ids": t["ids"], "attention_mask": t["mask"], "position_ids": t["positions"],
+                  "use_cache": False}
+        n, k = t["old"].shape
         with self.model.route(slots):
-            out = self.model(input_ids=t["ids"], attention_mask=t["mask"], position_ids=t["positions"],
-                             logits_to_keep=k + 1, use_cache=False)
-        logits = out.logits[:, :-1]
-        return token_logprobs(logits, t["targets"], t["temperature"].unsqueeze(-1))
+            if self.logit_chunk is None and t["mask"].dim() == 2:  # the last K+1 positions' logits of every row
+                logits = self.model(**inputs, logits_to_keep=k + 1).logits[:, :-1]
+                return token_logprobs(logits, t["targets"], t["temperature"].unsqueeze(-1))
+            where = (t["sel_row"], t["sel_pos"])
+            if self.logit_chunk is None:
+                flat = token_logprobs(self.model(**inputs).logits[where], t["sel_target"], t["sel_temp"])
+            else:
+                model = self.model.base_model
+                hidden = model.get_decoder()(**inputs).last_hidden_state[where]
+                flat = selected_logprobs(hidden, model.get_output_embeddings(), t["sel_target"], t["sel_temp"],
+                                         self.logit_chunk)
+        if "out_index" in t:
+            flat = flat[t["out_index"]]
+        return torch.zeros(n, k, device=flat.device).index_put((t["out_row"], t["out_col"]), flat)
 
     @torch.no_grad()
-    def _base_logprobs(self, rows: _Rows, batches: list[list[int]]) -> list[torch.Tensor]:
-        return [self._logprobs(self._batch_tensors(rows, b), [BASE_SLOT] * len(b)) for b in batches]
+    def _base_logprobs(self, rows: _Rows, batches: list[_Microbatch]) -> list[torch.Tensor]:
+        return [self._logprobs(self._batch_tensors(rows, b), base=True) for b in batches]
 
-    def _accumulate(self, rows: _Rows, batches: list[list[int]], base_logp: list[torch.Tensor] | None,
+    def _accumulate(self, rows: _Rows, batches: list[_Microbatch], base_logp: list[torch.Tensor] | None,
                     training: set[str], stats: _Stats | None) -> dict[str, str]:
         """Forward/backward every microbatch, accumulating each training adapter's gradient.
 
@@ -388,8 +538,8 @@ class PopulationLearner:
         with torch.enable_grad():
             for index, batch in enumerate(batches):
                 t = self._batch_tensors(rows, batch)
-                names = [rows.adapter[i] for i in batch]
-                logp = self._logprobs(t, [rows.slot[i] for i in batch])
+                names = [rows.adapter[i] for i in batch.rows]
+                logp = self._logprobs(t)
                 tl = clipped_token_loss(
                     logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
                     clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
@@ -524,6 +674,34 @@ class _Stats:
             "skipped": skipped,
             "adapters": per,
         }
+
+
+def _block_mask(segment: torch.Tensor) -> torch.Tensor:
+    """(packs, 1, L, L) True where a query may attend: causally, to the prompt (segment 0) and
+    to its own segment. Padding (-1, last) attends to the prompt and padding, so no row of
+    the mask is empty (an empty one gives NaN); no real token attends to padding."""
+    index = torch.arange(segment.shape[1])
+    causal = index.view(1, 1, -1) <= index.view(1, -1, 1)
+    keys, queries = segment.unsqueeze(1), segment.unsqueeze(2)
+    return (causal & ((keys == 0) | (keys == queries))).unsqueeze(1)
+
+
+def _completions(rows: _Rows) -> list[list[int]]:
+    return [ids[p:] for ids, p in zip(rows.ids, rows.prompt_len)]
+
+
+def _takes_4d_mask(model: nn.Module) -> bool:
+    """Whether the model's attention takes a custom 4D mask as given (what packed prompts need)."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) in ("sdpa", "eager")
+
+
+def _plain_lm_head(model: nn.Module) -> bool:
+    """Whether the logits are the LM head of the decoder's last hidden state and nothing more
+    (no soft-capping or logit scale), so log-probs may be computed from hidden states."""
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) for name in ("final_logit_softcapping", "logit_scale")):
+        return False
+    return isinstance(model.get_output_embeddings(), nn.Linear) and hasattr(model, "get_decoder")
 
 
 def _finite(x: float | None) -> float | None:

@@ -34,6 +34,51 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: tor
     return picked - torch.logsumexp(scaled, dim=-1)
 
 
+def selected_logprobs(hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: torch.Tensor,
+                      chunk: int) -> torch.Tensor:
+    """`token_logprobs(head(hidden), targets, temperature)` without the (N, V) float32 logits at once.
+
+    hidden (N, H) final hidden states of the positions that predict `targets` (N,); temperature
+    (N,). The LM head runs `chunk` positions at a time. For the backward, each position's
+    gradient of its log-prob with respect to its hidden state, (onehot - softmax) / T @ W, is
+    kept while the chunk's logits are at hand: (N, H) numbers instead of the (N, V) logits
+    autograd would keep. The head must be frozen (the learner never trains it).
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if head.weight.requires_grad:
+        raise ValueError("selected_logprobs gives no gradient to the LM head; it must be frozen")
+    want_grad = torch.is_grad_enabled() and hidden.requires_grad
+    return _SelectedLogprobs.apply(hidden, head.weight, head.bias, targets, temperature.float(), chunk, want_grad)
+
+
+class _SelectedLogprobs(torch.autograd.Function):
+    """The chunked log-probs of `selected_logprobs`, with their hidden-state gradient kept per position."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk, want_grad):  # type: ignore[override]
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        jacobian = torch.empty_like(hidden) if want_grad else None
+        for start in range(0, hidden.shape[0], chunk):
+            end = min(start + chunk, hidden.shape[0])
+            temp = temperature[start:end].unsqueeze(-1)
+            scaled = torch.nn.functional.linear(hidden[start:end], weight, bias).float() / temp
+            picked = targets[start:end].unsqueeze(-1)
+            lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
+            out[start:end] = (scaled.gather(-1, picked) - lse).squeeze(-1)
+            if jacobian is not None:  # d logp / d logits = (onehot - softmax) / T, then through the head
+                grad = (scaled - lse).exp_().neg_()
+                grad.scatter_add_(-1, picked, torch.ones_like(picked, dtype=grad.dtype))
+                jacobian[start:end] = (grad / temp).to(weight.dtype) @ weight
+        ctx.save_for_backward(jacobian)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        (jacobian,) = ctx.saved_tensors
+        return grad_out.unsqueeze(-1).to(jacobian.dtype) * jacobian, None, None, None, None, None, None
+
+
 def k3_kl(logp: torch.Tensor, base_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(policy || base) from the sampled tokens' log-probs."""
     log_ratio = base_logp - logp
