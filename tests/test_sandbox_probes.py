@@ -191,17 +191,31 @@ FORMAT_AND_BUILTINS = [
 ]
 
 
+# Runs each (program, input) of a JSON list in this fresh interpreter: CPython's own outputs,
+# untouched by whatever the test session's libraries did to builtins (one replaces print).
+_CPYTHON = r"""
+import json, sys
+out = []
+for program, inp in json.loads(sys.stdin.read()):
+    scope = {"__name__": "expected"}
+    exec(program, scope)
+    args, kwargs = eval(f"(lambda *a, **k: (a, k))({inp})", scope)
+    out.append(repr(scope["f"](*args, **kwargs)))
+sys.stdout = sys.__stdout__
+print("\n" + json.dumps(out))
+"""
+
+
 @pytest.mark.slow
-def test_format_on_a_variable_and_builtins_give_cpythons_outputs(sandbox, capsys):
+def test_format_on_a_variable_and_builtins_give_cpythons_outputs(sandbox):
     records = [TaskRecord(id=str(k), type="code_o", program=p, inputs=[i]) for k, (p, i) in enumerate(FORMAT_AND_BUILTINS)]
     results = sandbox.verify(records)
-    for (program, inp), result in zip(FORMAT_AND_BUILTINS, results):
-        scope: dict = {"__name__": "expected"}
-        exec(program, scope)
-        args, kwargs = eval(f"(lambda *a, **k: (a, k))({inp})", scope)
-        expected = scope["f"](*args, **kwargs)
-        assert result.valid and result.outputs == [repr(expected)], (program, result.reason, result.detail)
-    capsys.readouterr()  # the in-process runs' prints
+    done = subprocess.run([sys.executable, "-I", "-c", _CPYTHON], input=json.dumps(FORMAT_AND_BUILTINS),
+                          capture_output=True, text=True, timeout=120, env={"PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(done.stdout.splitlines()[-1])
+    for (program, _), result, want in zip(FORMAT_AND_BUILTINS, results, expected):
+        assert result.valid and result.outputs == [want], (program, result.reason, result.detail)
 
 
 def test_no_jail_means_no_sandbox_unless_opted_in(monkeypatch):
