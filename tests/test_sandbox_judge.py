@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from popula.records import TaskRecord
@@ -311,3 +313,39 @@ def test_a_slow_job_is_read_after_the_parents_patience(sandbox):
     program = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i % 7\n    return t"
     [result] = sandbox.verify([_o(program, "300000")])
     assert result.valid and result.outputs == [repr(sum(i % 7 for i in range(300000)))]
+
+
+def _holds(pid: int, marker: bytes) -> bool:
+    """Whether `marker` is anywhere in the readable memory of process `pid`."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                if marker in mem.read(end - start):
+                    return True
+            except (OSError, OverflowError, ValueError):
+                continue
+    return False
+
+
+def test_a_student_worker_never_holds_a_students_program(sandbox):
+    """Students' programs go to the student workers sealed (a memfd each, read only by the job's
+    own jailed process): no worker holds one, so a program that escaped the policy could copy
+    no other student's answer from its memory."""
+    marker = b"sealed-" + os.urandom(8).hex().encode()
+    answer = f"def f(x):\n    note = {marker.decode()!r}\n    return abs(x)"
+    inputs = ["1", "-2", "3", "-4"]
+    records = [TaskRecord(id=f"f{k}", type="code_f", program="def f(x):\n    return abs(x)", inputs=inputs,
+                          outputs=["1", "2", "3", "4"], answer=answer) for k in range(6)]
+    assert all(r.correct for r in sandbox.verify(records))
+    students = [w for w in sandbox._slots if w is not None and w.lane == "student"]
+    assert students
+    try:
+        assert _holds(os.getpid(), marker)  # the scan finds it where it is: in this process
+        assert not any(_holds(w.pid, marker) for w in students)
+    except PermissionError:
+        pytest.skip("cannot read another process's memory here")

@@ -27,7 +27,9 @@ Workers come in two lanes that never share a process: teacher workers run teache
 programs (validation, and code_i answers, which run the task's program on the answer's
 values), student workers run students' code_f programs. A student's program, even one
 that escaped every Python-level check, so never finds a teacher's program or its outputs
-in its memory: the only secret it could copy from.
+in its memory: the only secret it could copy from. Nor another student's program: a
+student worker's jobs are sealed (each in a memfd that only the job's own process reads,
+`_send_sealed`).
 
 The jail is required: if a worker cannot build it (no CAP_SYS_CHROOT as root, user
 namespaces forbidden as another user, ...), Sandbox() raises SandboxUnavailable (exit 2
@@ -51,6 +53,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -174,6 +177,7 @@ class _Worker:
     proc: subprocess.Popen
     to_fd: int
     from_fd: int
+    seal_sock: socket.socket | None = None  # student lane: where sealed jobs' fds go (_seal)
     pid: int = 0
     hash_probe: int = 0
     batch: list[_Unit] = field(default_factory=list)
@@ -268,12 +272,15 @@ class Sandbox:
     def _spawn(self, slot: int) -> _Worker:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
+        lane = self._lanes[slot]
+        seal_sock, seal_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if lane == STUDENT else (None, None)
         cfg = worker_config(
             self.limits,
             jail_dir=self._jail,
             uid=self._uid_base + slot,
             in_fd=to_r,
             out_fd=from_w,
+            seal_fd=seal_in.fileno() if seal_in is not None else -1,
             isolation=self.isolation,
         )
         # -s -S: no site packages; the environment holds only the hash seed and LD_BIND_NOW (no
@@ -283,12 +290,14 @@ class Sandbox:
             env=worker_environment(self._seed(slot, fresh=True)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            pass_fds=(to_r, from_w),
+            pass_fds=(to_r, from_w) if seal_in is None else (to_r, from_w, seal_in.fileno()),
             start_new_session=True,  # terminal signals do not reach it; it is killed as a group
         )
         os.close(to_r)
         os.close(from_w)
-        return _Worker(slot=slot, lane=self._lanes[slot], proc=proc, to_fd=to_w, from_fd=from_r)
+        if seal_in is not None:
+            seal_in.close()
+        return _Worker(slot=slot, lane=lane, proc=proc, to_fd=to_w, from_fd=from_r, seal_sock=seal_sock)
 
     def _handshake(self, worker: _Worker) -> None:
         hello = self._read_frame_blocking(worker, _STARTUP_TIMEOUT_S)
@@ -337,6 +346,8 @@ class Sandbox:
                 os.close(fd)
             except OSError:
                 pass
+        if worker.seal_sock is not None:
+            worker.seal_sock.close()
         try:
             os.killpg(worker.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -462,10 +473,33 @@ class Sandbox:
     def _dispatch(self, worker: _Worker, batch: list[_Unit], work: _Work) -> None:
         worker.batch = batch
         worker.deadline = time.monotonic() + 10.0 + len(batch) * (self.limits.wall_s + 1.0)
+        jobs = [(n, *unit.group.job, *unit.masks) for n, unit in enumerate(batch)]
         try:
-            self._send(worker, marshal.dumps([(n, *unit.group.job, *unit.masks) for n, unit in enumerate(batch)]))
+            if worker.seal_sock is None:
+                self._send(worker, marshal.dumps(jobs))
+            else:
+                self._send_sealed(worker, jobs)
         except OSError:  # the worker died while idle
             self._worker_lost(worker, work, "was gone")
+
+    def _send_sealed(self, worker: _Worker, jobs: list[tuple]) -> None:
+        """A student worker's batch: each job's code and inputs go in a memfd of its own, passed
+        by descriptor (SCM_RIGHTS), and only the job's own process reads it, once jailed. The
+        worker and batch parent see descriptor numbers, never a program: a student's program,
+        even one that escaped the policy, finds no other student's program in its memory."""
+        sealed = []
+        try:
+            for job in jobs:
+                fd = os.memfd_create("popula-job", os.MFD_CLOEXEC)
+                sealed.append(fd)
+                data = memoryview(marshal.dumps(job[1:]))
+                while data:
+                    data = data[os.write(fd, data):]
+            self._send(worker, marshal.dumps([(job[0], "sealed", k) for k, job in enumerate(jobs)]))
+            socket.send_fds(worker.seal_sock, [b"\0"], sealed)
+        finally:
+            for fd in sealed:
+                os.close(fd)
 
     def _worker_lost(self, worker: _Worker, work: _Work, how: str) -> None:
         """A worker died or hung (never caused by task code, by design): restart, re-queue."""

@@ -897,14 +897,17 @@ def _warm_up(prepared, cfg):
 
 
 def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
-    """The life of one job's process: drop the batch parent's fds, finish the jail, run,
-    report once, exit. (0-2 are /dev/null already; the batch parent holds no other fds.)"""
+    """The life of one job's process: drop the batch parent's fds (and other sealed jobs'),
+    finish the jail, read its job if it is sealed, run, report once, exit. (0-2 are
+    /dev/null already; the batch parent holds no other fds.)"""
     try:
         for fd in parent_fds:
             os.close(fd)
         _jail_job(cfg, parent_pid)
         if cfg["jitter"]:
             _jitter_heap()
+        if job[1] == "sealed":
+            job = _unseal(job)
         result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
         if _SEEDED[0]:
@@ -919,6 +922,26 @@ def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
     os._exit(0)
 
 
+def _unseal(job):
+    """A sealed job (job_id, "sealed", fd): its contents, read from its memfd by the job's own
+    jailed process (the worker and batch parent never read it)."""
+    job_id, _, fd = job
+    size = os.fstat(fd).st_size
+    inner = marshal.loads(os.pread(fd, size, 0))
+    os.close(fd)
+    return (job_id, *inner)
+
+
+def _close_all_but(keep):
+    """Close every fd from 3 up except those in `keep`."""
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 1 << 16)
+
+
 def _batch_parent(jobs, cfg, prepared, write_fd):
     """The life of one batch's jailed parent: jail itself once, then one fresh child per job
     (forked from this already jailed process, so a job pays only for the fork and its own
@@ -927,15 +950,19 @@ def _batch_parent(jobs, cfg, prepared, write_fd):
     try:
         for fd in (0, 1, 2):
             os.dup2(_DEVNULL, fd)  # the worker's stderr stays with the pool
-        os.closerange(3, write_fd)
-        os.closerange(write_fd + 1, 1 << 16)  # the pool's pipes, /dev/null's extra fd, ...
+        sealed = [job[2] for job in jobs if job[1] == "sealed"]
+        _close_all_but({write_fd, *sealed})  # the pool's pipes, /dev/null's extra fd, ...
         _jail_batch(cfg)
         # the batch's code objects and the worker's later objects join the frozen
         # generation: a job's collections then never walk (and copy-on-write) their pages
         gc.freeze()
         me = os.getpid()
         for job in jobs:
-            _send(write_fd, marshal.dumps((job[0], _run_job(job, cfg, prepared, me, write_fd))))
+            others = [fd for fd in sealed if job[1] != "sealed" or fd != job[2]]
+            _send(write_fd, marshal.dumps((job[0], _run_job(job, cfg, prepared, me, write_fd, others))))
+            if job[1] == "sealed":
+                os.close(job[2])  # later jobs' children do not inherit it
+                sealed.remove(job[2])
     except BaseException:
         os._exit(_INTERNAL_ERROR)
     os._exit(0)
@@ -1098,13 +1125,14 @@ def _fork():
     return pid
 
 
-def _run_job(job, cfg, prepared, parent_pid, parent_fd):
-    """In a batch parent: fork a fresh child for one job; its result (JSON bytes)."""
+def _run_job(job, cfg, prepared, parent_pid, parent_fd, others=()):
+    """In a batch parent: fork a fresh child for one job; its result (JSON bytes). `others`:
+    the other sealed jobs' fds, which the child closes before anything else."""
     read_fd, write_fd = os.pipe()
     deadline = time.monotonic() + cfg["wall_s"]
     pid = _fork()
     if pid == 0:
-        _child(job, cfg, prepared, parent_pid, (parent_fd, read_fd), write_fd)
+        _child(job, cfg, prepared, parent_pid, (parent_fd, read_fd, *others), write_fd)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)
@@ -1247,8 +1275,35 @@ def main():
         if header is None:
             return
         jobs = marshal.loads(_read_exact(proto_in, _FRAME.unpack(header)[0]))
+        fds = _receive_seals(cfg, jobs)
         results = _run_batch(jobs, cfg, prepared)
+        for fd in fds:
+            os.close(fd)
         _send(proto_out, marshal.dumps(results))
+
+
+def _receive_seals(cfg, jobs):
+    """For a batch of sealed jobs (a student worker's): receive their memfds from the pool
+    (SCM_RIGHTS, in job order) and put each fd in its job, in place of its index. Returns
+    the fds, which the worker closes after the batch."""
+    count = sum(1 for job in jobs if job[1] == "sealed")
+    if not count:
+        return []
+    import _socket
+
+    sock = cfg.get("_seal_sock")
+    if sock is None:
+        sock = cfg["_seal_sock"] = _socket.socket(fileno=cfg["seal_fd"])
+    fds = []
+    while len(fds) < count:
+        _, ancillary, _, _ = sock.recvmsg(1, _socket.CMSG_SPACE(4 * (count - len(fds))))
+        for level, kind, data in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+    for k, job in enumerate(jobs):
+        if job[1] == "sealed":
+            jobs[k] = (job[0], "sealed", fds[job[2]])
+    return fds
 
 
 _STABLE_HASH_TYPES = frozenset({int, bool, float, complex, type(None)})
