@@ -349,3 +349,19 @@ def test_a_student_worker_never_holds_a_students_program(sandbox):
         assert not any(_holds(w.pid, marker) for w in students)
     except PermissionError:
         pytest.skip("cannot read another process's memory here")
+
+
+def test_full_batches_of_sealed_jobs_leave_every_job_its_result_pipe():
+    """A batch parent may open fds below 16 only (RLIMIT_NOFILE): a full batch of sealed jobs
+    must not take those numbers. A pool in a busy process (a trainer, pytest) passes its
+    pipes at high numbers, so the worker's low numbers go to the sealed jobs' fds."""
+    busy = [os.open(os.devnull, os.O_RDONLY) for _ in range(200)]
+    try:
+        records = [TaskRecord(id=f"f{k}", type="code_f", program="def f(x):\n    return abs(x)", inputs=["1", "-2", "3", "-4"],
+                              outputs=["1", "2", "3", "4"], answer="def f(x):\n    return abs(x)") for k in range(200)]
+        with Sandbox(workers=1, limits=Limits(wall_s=1.5)) as sb:
+            results = sb.verify(records)
+        assert [r.answer_detail for r in results if not r.correct] == []
+    finally:
+        for fd in busy:
+            os.close(fd)

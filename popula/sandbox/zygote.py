@@ -942,6 +942,21 @@ def _close_all_but(keep):
     os.closerange(low, 1 << 16)
 
 
+_SEALED_FD_BASE = 1 << 12
+
+
+def _raise_sealed(jobs, sealed):
+    """Move the sealed jobs' fds above the batch's RLIMIT_NOFILE (16), which only bounds new
+    fds: a batch of up to 32 sealed jobs would otherwise take every number a job's result pipe
+    needs. Returns the jobs and the fds renumbered."""
+    moved = {}
+    for k, fd in enumerate(sealed):
+        moved[fd] = os.dup2(fd, _SEALED_FD_BASE + k)
+        os.close(fd)
+    jobs = [(job[0], "sealed", moved[job[2]]) if job[1] == "sealed" else job for job in jobs]
+    return jobs, list(moved.values())
+
+
 def _batch_parent(jobs, cfg, prepared, write_fd):
     """The life of one batch's jailed parent: jail itself once, then one fresh child per job
     (forked from this already jailed process, so a job pays only for the fork and its own
@@ -952,6 +967,7 @@ def _batch_parent(jobs, cfg, prepared, write_fd):
             os.dup2(_DEVNULL, fd)  # the worker's stderr stays with the pool
         sealed = [job[2] for job in jobs if job[1] == "sealed"]
         _close_all_but({write_fd, *sealed})  # the pool's pipes, /dev/null's extra fd, ...
+        jobs, sealed = _raise_sealed(jobs, sealed)
         _jail_batch(cfg)
         # the batch's code objects and the worker's later objects join the frozen
         # generation: a job's collections then never walk (and copy-on-write) their pages
