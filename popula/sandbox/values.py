@@ -195,49 +195,47 @@ _ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
 _CONTAINERS = frozenset({list, tuple, set, frozenset})
 
 
-def is_plain(value: Any, depth: int = 0) -> bool:
-    """True if `value` is built only of exact built-in literal types (no subclasses, no
-    cycles, nesting under 100): then its repr reads back as an equal value, guaranteed,
-    and the costly read-back check can be skipped. False means "check the slow way"."""
-    kind = type(value)
-    if kind in _ATOMS:
-        return True
-    if depth > 100:
-        return False
-    if kind in _CONTAINERS:
-        return all(is_plain(item, depth + 1) for item in value)
-    if kind is dict:
-        return all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
-    return False
-
-
-_VALUE_TYPES = _ATOMS | {complex}
-
-
-def built_of_values(value: Any, limit: int = 1_000_000) -> bool:
-    """True if `value` is built only of exact built-in value types (atoms, complex, list,
-    tuple, set, frozenset, dict), at most `limit` of them: then its repr runs no code but
-    CPython's. Iterative, so depth costs no recursion; a cycle is allowed here and caught
-    when its repr ('[[...]]') fails to read back."""
-    stack, seen = [value], set()
+def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
+    """One walk over `value` (iterative: depth costs no recursion), saying how its output
+    may be written:
+    - ("plain", None): exact built-in literal types only, no complex, no container met twice,
+      nesting up to 100: its repr reads back as an equal value, guaranteed, so the costly
+      read-back check can be skipped;
+    - ("check", None): built of built-in value types, but the repr must be read back to be
+      trusted (complex: '(nan+nanj)' does not; a shared or cyclic container: '[[...]]';
+      deeper nesting);
+    - ("foreign", item): `item` is not a built-in value type (a subclass, an object), or the
+      value has more than `limit` parts. Then its repr could run the task's code.
+    """
+    stack, seen, plain = [(value, 0)], set(), True
     while stack:
         limit -= 1
         if limit < 0:
-            return False
-        item = stack.pop()
+            return "foreign", value
+        item, depth = stack.pop()
         kind = type(item)
-        if kind in _VALUE_TYPES:
+        if kind in _ATOMS:
+            continue
+        if kind is complex:
+            plain = False
             continue
         if kind in _CONTAINERS or kind is dict:
             if id(item) in seen:
+                plain = False
                 continue
             seen.add(id(item))
-            stack.extend(item.keys() if kind is dict else item)
-            if kind is dict:
-                stack.extend(item.values())
+            if depth >= 100:
+                plain = False
+            parts = [*item.keys(), *item.values()] if kind is dict else item
+            stack.extend((part, depth + 1) for part in parts)
             continue
-        return False
-    return True
+        return "foreign", item
+    return ("plain" if plain else "check"), None
+
+
+def is_plain(value: Any) -> bool:
+    """Whether `value`'s repr reads back as an equal value without checking (value_shape)."""
+    return value_shape(value)[0] == "plain"
 
 
 def reprs_equal(a: str, b: str, ordered_dicts: bool = False) -> bool:

@@ -790,8 +790,10 @@ def _represent(value, limit):
 
     The shape is checked before repr runs, so no code of the task runs while its output is
     written (a task's own __repr__ could change the value between the write and a check)."""
-    if not values.built_of_values(value):
-        return None, ("unrepresentable", f"the output is not a plain value (it holds a {_type_name(value)})")
+    shape, foreign = values.value_shape(value)
+    if shape == "foreign":
+        name = str(getattr(type(foreign), "__qualname__", "object"))[:60]
+        return None, ("unrepresentable", f"the output is not a plain value (it holds a {name})")
     try:
         text = repr(value)
     except MemoryError:
@@ -804,7 +806,7 @@ def _represent(value, limit):
         return None, ("unrepresentable", "repr did not return a string")
     if len(text) > limit:
         return None, ("output_too_large", f"output repr has {len(text)} characters (limit {limit})")
-    if values.is_plain(value):
+    if shape == "plain":
         return text, None
     try:
         ok = values.values_equal(values.read_value(text), value)
@@ -813,16 +815,6 @@ def _represent(value, limit):
     if not ok:
         return None, ("unrepresentable", f"output {text[:120]!r} does not read back as a built-in value")
     return text, None
-
-
-def _type_name(value):
-    """The name of the first type in `value` that is not a built-in value type."""
-    kind = type(value)
-    if kind in (list, tuple, set, frozenset):
-        return next((_type_name(v) for v in value if not values.built_of_values(v)), kind.__name__)
-    if kind is dict:
-        return next((_type_name(v) for kv in value.items() for v in kv if not values.built_of_values(v)), "dict")
-    return str(getattr(kind, "__qualname__", "object"))[:60]
 
 
 def _describe(err):
