@@ -4,8 +4,9 @@ Why one pass: eight adapters must not cost eight times one. All adapters live as
 one `MultiLoRAModel` over the shared frozen base; every microbatch mixes rows of any
 adapters, and per-row routing sends each row through its own adapter's A and B, so the
 base runs once per microbatch however many adapters are in it. Each adapter still has
-its own AdamW (own moments, own step count), its own gradient-norm clip and its own NaN
-guard, so adapters never influence each other's update.
+its own AdamW moments and step count, its own gradient-norm clip and its own NaN guard,
+so adapters never influence each other's update; the whole population is clipped and
+stepped by one `PopulationOptimizer` call, not one optimiser per adapter.
 
 Loss normalisation (docs/design.md § Pitfalls): an adapter's loss is the mean over ALL completion tokens it
 produced in the step (DAPO's token-level average), not a mean of per-sequence means.
@@ -60,6 +61,7 @@ from popula.config import LearnerConfig, LoraConfig
 from popula.errors import PopulaError
 from popula.learner.advantages import EmaBaseline, compute_advantages
 from popula.learner.objective import clipped_token_loss, selected_logprobs, token_logprobs
+from popula.learner.optimizer import PopulationOptimizer
 from popula.learner.packing import pack_prompts, pack_rows, packed_length
 from popula.learner.rollout import Rollout
 from popula.lora import BASE_SLOT, MultiLoRAModel, peft_key
@@ -110,7 +112,7 @@ def avoid_cudnn_attention() -> None:
 
 
 class PopulationLearner:
-    """Trains many LoRA adapters on one frozen base, one optimiser per adapter.
+    """Trains many LoRA adapters on one frozen base, one AdamW state per adapter.
 
         learner = PopulationLearner(base_path, cfg.lora, cfg.learner, max_adapters=8)
         learner.add_adapter("T0", store.load(store.latest("T0")).state_dict)
@@ -167,7 +169,8 @@ class PopulationLearner:
             for p in self.model.slot_parameters(slot):
                 p.requires_grad_(False)
         self._slot: dict[str, int] = {}
-        self._optim: dict[str, torch.optim.AdamW] = {}
+        self._optimizer = PopulationOptimizer([p for slot in range(max_adapters) for p in self.model.slot_parameters(slot)],
+                                              lr=cfg.lr, weight_decay=cfg.weight_decay)
         self._updates: dict[str, int] = {}
         # A token per adapter, new whenever its weights change (load, step, removal): lets an engine
         # sharing this model tell whether a slot still holds the version it was told about.
@@ -208,7 +211,8 @@ class PopulationLearner:
             p.requires_grad_(False)
             p.grad = None
         self.model.clear_slot(slot)
-        del self._slot[name], self._optim[name], self._updates[name], self._tokens[name]
+        self._optimizer.forget(self.model.slot_parameters(slot))
+        del self._slot[name], self._updates[name], self._tokens[name]
 
     def replace_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor], *,
                         reset_optimizer: bool = True) -> None:
@@ -237,7 +241,7 @@ class PopulationLearner:
 
     def optimizer_state(self, name: str) -> dict[str, Any]:
         """A deep copy of `name`'s AdamW state (moments and step), e.g. for a child to inherit."""
-        return copy.deepcopy(self._optim[self._check_name(name)].state_dict())
+        return self._optimizer.state_of(self.model.slot_parameters(self._slot_of(name)))
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs: every adapter's weights, optimiser state and update count,
@@ -296,19 +300,21 @@ class PopulationLearner:
             bad = self._accumulate(rows, batches, base_logp, set(training), stats if epoch == 0 else None)
             for name, reason in bad.items():
                 skipped.setdefault(name, reason)
-            for name in training:
-                if name in skipped:
-                    continue
-                params = self.model.slot_parameters(self._slot[name])
-                norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip or math.inf))
+            norms = self._optimizer.clip_grad_norms(
+                {n: self.model.slot_parameters(self._slot[n]) for n in training if n not in skipped}, self.cfg.grad_clip)
+            for name, norm in norms.items():
                 if epoch == 0:
                     stats.grad_norm[name] = norm
                 if not math.isfinite(norm):
                     skipped[name] = f"gradient norm is {norm}"
-                    continue
-                self._optim[name].step()
-                self._updates[name] += 1
-                self._touch(name)
+            # Only the adapters updated here keep a gradient (the one step leaves the rest alone):
+            # the LoRA kernel may give every slot a zero gradient, skipped adapters' are partial.
+            self._zero_grad([n for n in self.adapters if n not in training or n in skipped])
+            self._optimizer.step()
+            for name in training:
+                if name not in skipped:
+                    self._updates[name] += 1
+                    self._touch(name)
             self._zero_grad(training)
         for name, reason in sorted(skipped.items()):
             warnings.warn(f"learner: skipped the update of adapter {name!r}: {reason}; its weights are unchanged",
@@ -579,15 +585,8 @@ class PopulationLearner:
         self._touch(name)
 
     def _new_optimizer(self, name: str, state: Mapping[str, Any] | None) -> None:
-        params = self.model.slot_parameters(self._slot[name])
-        # foreach: one fused kernel per moment update instead of one op per tensor, so eight
-        # small optimisers cost about what one does.
-        optim = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, foreach=True)
-        if state is not None:
-            optim.load_state_dict(copy.deepcopy(dict(state)))
-            for group in optim.param_groups:
-                group["lr"], group["weight_decay"] = self.cfg.lr, self.cfg.weight_decay
-        self._optim[name] = optim
+        """Fresh AdamW moments for `name`, or the given ones (the config's lr and weight decay apply)."""
+        self._optimizer.reset(self.model.slot_parameters(self._slot[name]), state)
         self._updates[name] = 0
 
     def _slot_of(self, name: str) -> int:
