@@ -215,9 +215,9 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         base = cached_model(args.model)
     store = AdapterStore(root / "adapters", base, rank=RANK, alpha=ALPHA, seed=0)
     refs = make_adapters(store, args.adapters)
-    cfg = LearnerConfig(lr=1e-4, kl_coef=0.5, student_kl_coef=0.05)
+    cfg = LearnerConfig(lr=1e-4, kl_coef=0.5, student_kl_coef=0.05, logit_chunk=args.logit_chunk)
     learner = PopulationLearner(base, LoraConfig(rank=RANK, alpha=ALPHA), cfg, max_adapters=args.adapters,
-                                spare_slots=args.adapters, logit_chunk=args.logit_chunk)
+                                spare_slots=args.adapters)
     for ref in refs:
         learner.add_adapter(ref.name, store.load(ref).state_dict)
     engine = TorchEngine(base, max_adapters=args.adapters, max_rank=RANK, model=learner.model,

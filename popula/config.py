@@ -156,6 +156,17 @@ class LearnerConfig(_Section):
         8192, ge=16, description="memory bound: rows x padded length of one forward/backward"
     )
     grad_clip: float | None = Field(1.0, gt=0, description="per-adapter gradient norm clip; None: off")
+    is_cap: float | None = Field(
+        2.0, gt=0, description="truncated importance sampling: the PPO ratio is to the learner's own log-probs and "
+                               "each token is weighted by min(p_learner / p_sampler, is_cap), which corrects for a "
+                               "sampler that computes the policy slightly differently (bf16, vLLM); None: the ratio "
+                               "is to the sampler's log-probs"
+    )
+    share_prompts: bool = Field(True, description="pack the rollouts of one prompt and adapter into one sequence, so "
+                                                  "the prompt's forward and backward run once per group")
+    logit_chunk: int | None = Field(256, ge=1, description="positions per LM-head chunk when computing log-probs, so "
+                                                           "the (tokens x vocabulary) logits never exist at once; "
+                                                           "None: full logits")
 
     def kl_coef_for(self, role: str) -> float:
         """The KL coefficient of a rollout of `role` ("teacher" or "student")."""

@@ -58,12 +58,13 @@ def small_llama(vocab, max_positions: int = 64, *, hidden: int = 64, heads: int 
 
 def plain_learner(**settings):
     """A learner section for the learner's own tests: a plain GRPO step at lr 1e-4 with no KL to
-    the base and teacher baselines per adapter and task type, whatever the run's defaults (which
-    add the measured KL, rate and population baselines: popula/config.py); `settings` on top."""
+    the base, the PPO ratio to the sampler, and teacher baselines per adapter and task type,
+    whatever the run's defaults (which add the measured KL, rate, population baselines and
+    truncated importance sampling: popula/config.py); `settings` on top."""
     from popula.config import LearnerConfig
 
     return LearnerConfig(**{"lr": 1e-4, "kl_coef": 0.0, "student_kl_coef": None, "teacher_baseline": "batch",
-                            "teacher_strata": "none", **settings})
+                            "teacher_strata": "none", "is_cap": None, **settings})
 
 
 def answer_batch(tokenizer, examples):

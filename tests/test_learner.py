@@ -81,9 +81,14 @@ def peft_alone_gradient(base: torch.nn.Module, adapter: dict[str, torch.Tensor],
             return torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
 
         logp = logp_of(model(input_ids=ids).logits)
-        ratio = torch.exp(logp - torch.tensor(r.sampler_logprobs))
+        sampler = torch.tensor(r.sampler_logprobs)
+        weight = 1.0
+        if cfg.is_cap is not None:  # truncated IS: weighted by p_learner / p_sampler, the ratio to the learner
+            weight = torch.exp(logp.detach() - sampler).clamp(max=cfg.is_cap)
+            sampler = logp.detach()
+        ratio = torch.exp(logp - sampler)
         low, high = 1 - cfg.clip_eps, 1 + (cfg.clip_eps_high or cfg.clip_eps)
-        per_token = -torch.minimum(ratio * adv, ratio.clamp(low, high) * adv)
+        per_token = -weight * torch.minimum(ratio * adv, ratio.clamp(low, high) * adv)
         if cfg.kl_coef:
             with torch.no_grad(), model.disable_adapter():
                 base_logp = logp_of(model(input_ids=ids).logits)
@@ -99,7 +104,9 @@ def peft_alone_gradient(base: torch.nn.Module, adapter: dict[str, torch.Tensor],
     (plain_learner(max_tokens_per_microbatch=40), "grouped"),
     (plain_learner(max_tokens_per_microbatch=10_000, advantage="dr_grpo", clip_eps=0.1, clip_eps_high=0.3), None),
     (plain_learner(max_tokens_per_microbatch=64, kl_coef=0.5), None),
-], ids=["small-microbatches-gather", "small-microbatches-grouped", "one-microbatch-dr-grpo-clip-higher", "with-kl"])
+    (plain_learner(max_tokens_per_microbatch=64, kl_coef=0.5, is_cap=2.0), None),
+], ids=["small-microbatches-gather", "small-microbatches-grouped", "one-microbatch-dr-grpo-clip-higher", "with-kl",
+        "truncated-is"])
 def test_each_adapters_gradient_in_a_mixed_batch_equals_peft_training_it_alone(cfg, kernel):
     base = tiny_llama()
     names = ["T0", "S0", "S1"]
@@ -260,7 +267,7 @@ def test_an_inf_gradient_skips_the_adapter():
 
 
 @pytest.mark.slow
-def test_with_several_epochs_ratios_move_off_one_and_get_clipped():
+def test_with_several_epochs_ratios_to_the_sampler_move_off_one_and_get_clipped():
     learner = make_learner(["A"], plain_learner(lr=5e-2, epochs=4, clip_eps=0.05, grad_clip=None))
     rollouts = random_rollouts(["A"], 8, seed=8)
     for r in rollouts:
@@ -269,6 +276,17 @@ def test_with_several_epochs_ratios_move_off_one_and_get_clipped():
     assert first["clip_fraction"] == 0.0 and first["logprob_gap"] < 1e-5
     second = learner.step(rollouts)  # the same samples are now off-policy
     assert second["logprob_gap"] > 1e-3 and second["clip_fraction"] > 0.0
+
+
+def test_tokens_the_sampler_underrated_past_the_cap_are_counted_as_truncated():
+    learner = make_learner(["A"], plain_learner(is_cap=2.0))
+    rollouts = random_rollouts(["A"], 8, seed=8)
+    for r in rollouts:  # every other token: the sampler found it e^1 = 2.7x less likely than the learner does
+        r.sampler_logprobs = [-x - (j % 2) for j, x in enumerate(_nll(learner, r))]
+    metrics = learner.step(rollouts)
+    tokens = sum(len(r.completion_ids) for r in rollouts)
+    assert metrics["is_truncated"] == pytest.approx(sum(len(r.completion_ids) // 2 for r in rollouts) / tokens)
+    assert metrics["clip_fraction"] == 0.0
 
 
 def test_state_dict_round_trip_resumes_exactly():

@@ -193,6 +193,50 @@ def test_clip_higher_widens_only_the_upper_bound():
     assert not clipped_token_loss(logp, *args, clip_low=0.2, clip_high=0.28).clipped.item()
 
 
+# -- truncated importance sampling (the default: learner.is_cap) ---------------------------------
+
+def test_with_a_matching_sampler_truncated_is_gives_the_plain_on_policy_gradient():
+    logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    adv = torch.tensor([1.0, -2.0, 0.5])
+    tl = clipped_token_loss(logp, logp.detach(), adv, clip_low=0.2, clip_high=0.2, is_cap=2.0)
+    tl.loss.sum().backward()
+    assert torch.equal(logp.grad, -adv) and not tl.truncated.any() and not tl.clipped.any()
+
+
+@pytest.mark.parametrize("gap", [0.3, -0.3])
+def test_a_samplers_numeric_gap_is_importance_weighted_not_clipped_away(gap):
+    """A sampler that rated a token e^0.3 less likely (bf16 kernels) than the learner does: with the
+    ratio to the sampler the clip reads that gap as an update gone too far and drops the token's
+    gradient; truncated IS keeps the gradient, weighted by p_learner / p_sampler."""
+    logp = torch.tensor([-1.0], requires_grad=True)
+    sampler = logp.detach() - gap
+    adv = torch.tensor([1.0 if gap > 0 else -1.0])
+    to_sampler = clipped_token_loss(logp, sampler, adv, clip_low=0.2, clip_high=0.2)
+    assert to_sampler.clipped.item()
+    tl = clipped_token_loss(logp, sampler, adv, clip_low=0.2, clip_high=0.2, is_cap=2.0)
+    tl.loss.sum().backward()
+    assert not tl.clipped.item() and not tl.truncated.item()
+    assert logp.grad.item() == pytest.approx(-adv.item() * math.exp(gap))
+
+
+def test_importance_weights_are_truncated_at_the_cap():
+    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
+    sampler = torch.tensor([-3.0, -1.5])  # weights e^2 = 7.4 and e^0.5 = 1.6
+    tl = clipped_token_loss(logp, sampler, torch.tensor([1.0, 1.0]), clip_low=0.2, clip_high=0.2, is_cap=2.0)
+    tl.loss.sum().backward()
+    assert tl.truncated.tolist() == [True, False]
+    assert logp.grad.tolist() == pytest.approx([-2.0, -math.exp(0.5)])
+
+
+def test_under_truncated_is_later_epochs_clip_against_the_first_epochs_logprobs():
+    before = torch.tensor([-1.0])
+    moved = torch.tensor([-1.0 + math.log(1.5)], requires_grad=True)  # an earlier epoch raised it 1.5x
+    tl = clipped_token_loss(moved, before, torch.tensor([1.0]), clip_low=0.2, clip_high=0.2, is_cap=2.0,
+                            old_logp=before)
+    tl.loss.sum().backward()
+    assert tl.clipped.item() and moved.grad.item() == 0.0
+
+
 def test_k3_kl_is_zero_at_the_base_positive_elsewhere_and_added_with_its_coefficient():
     logp = torch.tensor([-1.0, -1.0, -3.0])
     base = torch.tensor([-1.0, -2.0, -1.0])

@@ -49,7 +49,7 @@ def group_rollouts(seed: int, tasks: int = 3, n: int = 4) -> list[Rollout]:
 
 def learner(cfg: LearnerConfig, base: torch.nn.Module | None = None, **paths) -> PopulationLearner:
     base = base if base is not None else tiny_llama()
-    out = PopulationLearner(copy.deepcopy(base), LORA, cfg, max_adapters=len(NAMES), **paths)
+    out = PopulationLearner(copy.deepcopy(base), LORA, cfg.model_copy(update=paths), max_adapters=len(NAMES))
     for seed, name in enumerate(NAMES):
         out.add_adapter(name, trained_looking_adapter(base, seed))
     return out

@@ -128,8 +128,8 @@ class PopulationLearner:
     (docs/results/design-figures.md § LoRA kernel on CPU); grouped's advantage (each adapter's weights read
     once, no per-row copies kept for backward) is a GPU and large-model one.
 
-    `share_prompts` packs rollouts of one prompt and adapter into one sequence, and
-    `logit_chunk` (positions per LM-head chunk; None: full logits) computes log-probs without
+    `cfg.share_prompts` packs rollouts of one prompt and adapter into one sequence, and
+    `cfg.logit_chunk` (positions per LM-head chunk; None: full logits) computes log-probs without
     the vocabulary-sized logits (the module docstring says how); False and None are the paths
     before them, which benchmarks/step_cost.py compares. Packing needs an attention that takes
     a 4D mask (sdpa, eager) and chunking a plain LM head; elsewhere they are turned off.
@@ -137,8 +137,7 @@ class PopulationLearner:
 
     def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig | None = None,
                  *, seed: int = 0, max_adapters: int = 16, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, kernel: str | None = None, spare_slots: int = 0,
-                 share_prompts: bool = True, logit_chunk: int | None = 256) -> None:
+                 dtype: torch.dtype = torch.float32, kernel: str | None = None, spare_slots: int = 0) -> None:
         if max_adapters < 1 or spare_slots < 0:
             raise PopulaError(f"max_adapters must be >= 1 and spare_slots >= 0, got {max_adapters}, {spare_slots}")
         self.max_adapters = max_adapters
@@ -177,10 +176,8 @@ class PopulationLearner:
         self._tokens: dict[str, int] = {}
         self._next_token = 0
         self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
-        if logit_chunk is not None and logit_chunk < 1:
-            raise PopulaError(f"logit_chunk must be >= 1 or None, got {logit_chunk}")
-        self.share_prompts = share_prompts and _takes_4d_mask(model)
-        self.logit_chunk = logit_chunk if _plain_lm_head(model) else None
+        self.share_prompts = cfg.share_prompts and _takes_4d_mask(model)
+        self.logit_chunk = cfg.logit_chunk if _plain_lm_head(model) else None
         self.prompt_tokens = 0  # prompt tokens run through the model (padding left out), all forwards
 
     # -- the population ------------------------------------------------------------------------
@@ -279,8 +276,8 @@ class PopulationLearner:
         Returns metrics: totals (`tokens`, `rows`, `microbatches`, `loss`, `logprob_gap`,
         `logprob_gap_max` (the largest of the adapters' gaps: one adapter served with the
         wrong weights shows here even when the token-weighted mean hides it),
-        `clip_fraction`, `skipped`) and per adapter (`adapters[name]`: loss, logprob_gap,
-        clip_fraction, entropy (the sampled tokens' mean -log p), grad_norm, tokens, rows, advantage_mean, versions, kl when
+        `clip_fraction`, `is_truncated`, `skipped`) and per adapter (`adapters[name]`: loss, logprob_gap,
+        clip_fraction, is_truncated, entropy (the sampled tokens' mean -log p), grad_norm, tokens, rows, advantage_mean, versions, kl when
         measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
         optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
         """
@@ -292,12 +289,13 @@ class PopulationLearner:
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         skipped: dict[str, str] = {}
+        before: list[torch.Tensor] = []
         for epoch in range(self.cfg.epochs):
             training = [a for a in active if a not in skipped]
             if not training:
                 break
             self._zero_grad(training)
-            bad = self._accumulate(rows, batches, base_logp, set(training), stats if epoch == 0 else None)
+            bad = self._accumulate(rows, batches, base_logp, set(training), stats if epoch == 0 else None, before)
             for name, reason in bad.items():
                 skipped.setdefault(name, reason)
             norms = self._optimizer.clip_grad_norms(
@@ -334,7 +332,7 @@ class PopulationLearner:
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         self._zero_grad(active)
-        self._accumulate(rows, batches, base_logp, set(active), None)
+        self._accumulate(rows, batches, base_logp, set(active), None, [])
         out = {}
         for name in active:
             slot = self._slot[name]
@@ -531,8 +529,11 @@ class PopulationLearner:
         return [self._logprobs(self._batch_tensors(rows, b), base=True) for b in batches]
 
     def _accumulate(self, rows: _Rows, batches: list[_Microbatch], base_logp: list[torch.Tensor] | None,
-                    training: set[str], stats: _Stats | None) -> dict[str, str]:
+                    training: set[str], stats: _Stats | None, before: list[torch.Tensor]) -> dict[str, str]:
         """Forward/backward every microbatch, accumulating each training adapter's gradient.
+
+        `before` holds each microbatch's log-probs before the update (appended in the first
+        epoch): the reference of the PPO ratio under truncated importance sampling.
 
         Returns adapters whose loss was not finite (their rows are left out of the backward
         from then on, so nothing non-finite reaches any gradient).
@@ -549,7 +550,10 @@ class PopulationLearner:
                 tl = clipped_token_loss(
                     logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
                     clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
-                    base_logp=None if base_logp is None else base_logp[index], kl_coef=t["kl_coef"].unsqueeze(-1))
+                    base_logp=None if base_logp is None else base_logp[index], kl_coef=t["kl_coef"].unsqueeze(-1),
+                    is_cap=self.cfg.is_cap, old_logp=before[index] if index < len(before) else None)
+                if index >= len(before):  # the first epoch's log-probs: the ratio's reference in later ones
+                    before.append(logp.detach())
                 tm = t["token_mask"]
                 row_finite = torch.where(tm, tl.loss, 0.0).isfinite().all(-1).tolist()
                 for name, ok in zip(names, row_finite):
@@ -605,6 +609,7 @@ class _Stats:
         self.loss: dict[str, float] = defaultdict(float)
         self.gap: dict[str, float] = defaultdict(float)
         self.clipped: dict[str, float] = defaultdict(float)
+        self.truncated: dict[str, float] = defaultdict(float)
         self.kl: dict[str, float] = defaultdict(float)
         self.nll: dict[str, float] = defaultdict(float)
         self.has_kl = False
@@ -617,6 +622,7 @@ class _Stats:
             "loss": torch.where(token_mask, tl.loss.detach() * weight, zero).sum(-1),
             "gap": torch.where(token_mask, (logp - old).abs(), zero).sum(-1),
             "clipped": (tl.clipped & token_mask).sum(-1).float(),
+            "truncated": (token_mask & (False if tl.truncated is None else tl.truncated)).sum(-1).float(),
             "nll": torch.where(token_mask, -old, zero).sum(-1),
         }
         if tl.kl is not None:
@@ -627,6 +633,7 @@ class _Stats:
             self.loss[name] += lists["loss"][j]
             self.gap[name] += lists["gap"][j]
             self.clipped[name] += lists["clipped"][j]
+            self.truncated[name] += lists["truncated"][j]
             self.nll[name] += lists["nll"][j]
             if self.has_kl:
                 self.kl[name] += lists["kl"][j]
@@ -646,6 +653,7 @@ class _Stats:
                 "loss": _finite(self.loss[name]),
                 "logprob_gap": _finite(self.gap[name] / n),
                 "clip_fraction": self.clipped[name] / n,
+                "is_truncated": self.truncated[name] / n,  # tokens whose importance weight hit learner.is_cap
                 # the sampled tokens' mean -log p: a Monte-Carlo estimate of the policy's
                 # per-token entropy at its sampling temperature; a student whose answers
                 # collapse onto one way of writing them (falling pass@k) shows it here first
@@ -670,6 +678,7 @@ class _Stats:
             "logprob_gap_max": max((e["logprob_gap"] for e in per.values() if e["logprob_gap"] is not None),
                                    default=None),
             "clip_fraction": sum(self.clipped[n] for n in per) / total if total else 0.0,
+            "is_truncated": sum(self.truncated[n] for n in per) / total if total else 0.0,
             "skipped": skipped,
             "adapters": per,
         }

@@ -13,6 +13,22 @@ A * grad logp_t; the clip matters once epochs > 1 or samples come from an older 
 version. The k3 estimator (Schulman, "Approximating KL divergence") is unbiased for
 KL(pi || base) and never negative, unlike the plain log-ratio.
 
+With truncated importance sampling (`is_cap` C, the default), the ratio is taken to the
+learner's own log-probs before this step's update, old_t (the detached logp_t in the first
+epoch), and each token is weighted by how much likelier the learner finds it than the
+sampler did, truncated:
+
+    w_t     = min(exp(old_t - sampler_t), C)                      (no gradient)
+    loss_t  = w_t * pg_t(ratio_t = exp(logp_t - old_t)) + kl_coef * kl_t
+
+Why: a sampler that computes the same policy slightly differently (bf16 kernels, vLLM) is a
+behaviour policy of its own. Its numeric gap is importance-weighted (bounded by C, so a rare
+token the sampler under-rated cannot dominate) instead of being read as policy movement:
+with the ratio to the sampler, the PPO clip zeroes the gradient of any token whose
+numerics drift past 1 +- eps. Samples from an older adapter version are corrected the same
+way. In float32 with one epoch both forms give the same gradient to rounding (w_t is the
+old ratio and ratio_t is 1). This is the token-level TIS of TRL and verl.
+
 How tokens are averaged is the learner's job (see `popula.learner.learner`): over every
 token an adapter produced in the step, not per sequence first.
 """
@@ -90,20 +106,35 @@ class TokenLoss:
     loss: torch.Tensor  # (N,) per-token loss
     clipped: torch.Tensor  # (N,) bool: the clip is active, so the token gives no gradient
     kl: torch.Tensor | None  # (N,) per-token k3 KL, when a base log-prob was given
+    truncated: torch.Tensor | None = None  # (N,) bool: the importance weight hit its cap (with is_cap)
 
 
 def clipped_token_loss(logp: torch.Tensor, sampler_logp: torch.Tensor, advantages: torch.Tensor, *,
                        clip_low: float, clip_high: float, base_logp: torch.Tensor | None = None,
-                       kl_coef: float | torch.Tensor = 0.0) -> TokenLoss:
-    """PPO's clipped surrogate (negated, to minimise) plus an optional k3 KL penalty, per token."""
+                       kl_coef: float | torch.Tensor = 0.0, is_cap: float | None = None,
+                       old_logp: torch.Tensor | None = None) -> TokenLoss:
+    """PPO's clipped surrogate (negated, to minimise) plus an optional k3 KL penalty, per token.
+
+    `is_cap` None: the ratio is to the sampler's log-probs. A number: truncated importance
+    sampling, the ratio to `old_logp` (the learner's log-probs before the update; None: the
+    detached `logp`) and each token weighted by min(exp(old - sampler), is_cap).
+    """
+    weight = truncated = None
+    if is_cap is not None:
+        old = logp.detach() if old_logp is None else old_logp
+        raw = torch.exp(old - sampler_logp)
+        weight, truncated = raw.clamp(max=is_cap), raw > is_cap
+        sampler_logp = old
     ratio = torch.exp(logp - sampler_logp)
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
     loss = -torch.minimum(unclipped, clipped)
+    if weight is not None:
+        loss = weight * loss
     is_clipped = ((advantages > 0) & (ratio > 1.0 + clip_high)) | ((advantages < 0) & (ratio < 1.0 - clip_low))
     kl = None
     if base_logp is not None:
         kl = k3_kl(logp, base_logp)
         # One coefficient, or one per row (by role); a coefficient of 0 adds nothing, not 0 * inf.
         loss = loss + torch.where(torch.as_tensor(kl_coef) > 0, kl_coef * kl, 0.0)
-    return TokenLoss(loss, is_clipped, kl)
+    return TokenLoss(loss, is_clipped, kl, truncated)
