@@ -24,7 +24,10 @@ Models, both from a config with random weights (no download):
 Peak memory: on cuda, torch's peak allocated GPU memory of each side's steps (reset before
 each) and the memory its model holds; on a CPU the process's resident peak (both sides live
 in one process, so it is shared). Tokens/s: completion tokens generated per second of the
-generate phase. The last line is one JSON object; on a machine without a GPU it says
+generate phase. Sampler/learner mismatch: the mean and largest log-prob gaps, the share of
+tokens outside the PPO clip band (what a ratio to the sampler would clip) and, under the
+learner's truncated importance sampling (`learner.is_cap`), the shares clipped and truncated.
+The last line is one JSON object; on a machine without a GPU it says
 `"gpu_figures": "not taken"`.
 """
 
@@ -179,6 +182,12 @@ def bench_model(kind: str, args: argparse.Namespace, runtime: Runtime, sandbox: 
         "peak_mem_mib_population": round(peaks["population"] / 2**20, 1),
         "model_mem_mib": round(population_m.model_bytes / 2**20, 1),
         "logprob_gap": round(p["logprob_gap"], 8),
+        # sampler/learner mismatch (bf16 on a GPU) and what truncated importance sampling does with it
+        "logprob_gap_max": round(max(r["logprob_gap_max"] for r in rows["population"]), 8),
+        "token_gap_max": round(max(r["token_gap_max"] for r in rows["population"]), 6),
+        "outside_clip_band": round(p["outside_clip_band"], 6),
+        "is_truncated": round(p["is_truncated"], 6),
+        "clip_fraction": round(p["clip_fraction"], 6),
     }
 
 
@@ -229,7 +238,11 @@ def main() -> int:
         print(f"tokens/s {r['tokens_per_s_single']} single, {r['tokens_per_s_population']} population; peak memory "
               f"{r['peak_mem_mib_single']} / {r['peak_mem_mib_population']} MiB "
               f"({'GPU, per side' if runtime.on_gpu else 'process resident, both sides'}); "
-              f"model {r['model_mem_mib']} MiB; logprob_gap {r['logprob_gap']:.2e}")
+              f"model {r['model_mem_mib']} MiB")
+        print(f"sampler vs learner: logprob_gap {r['logprob_gap']:.2e} (largest adapter's {r['logprob_gap_max']:.2e}, "
+              f"largest token's {r['token_gap_max']:.2e}); tokens outside the clip band {r['outside_clip_band']:.2%} "
+              f"(their gradient would be clipped with the ratio to the sampler when the advantage pushes further); "
+              f"under truncated IS: clipped {r['clip_fraction']:.2%}, weight truncated {r['is_truncated']:.2%}")
     if not runtime.on_gpu:
         print("\nGPU figures: NOT TAKEN (no GPU on this machine); run this script on a GPU machine for them.")
     print(json.dumps({"device": runtime.device, "dtype": runtime.dtype,

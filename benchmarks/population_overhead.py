@@ -45,6 +45,7 @@ import argparse
 import copy
 import json
 import statistics
+import math
 import sys
 import tempfile
 import time
@@ -202,6 +203,7 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
                                 adapter_version=refs[t].version,
                                 reward=teacher_reward(verdict.valid, solve_rate(correct) if verdict.valid else None)))
 
+    mismatch = sampler_mismatch(side.learner, rollouts, LEARNER.clip_eps)  # untimed: one extra no-grad forward
     t0, c0 = time.perf_counter(), time.process_time()
     metrics = side.learner.step(rollouts)
     for a in side.learner.adapters:
@@ -211,7 +213,21 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
     return {"generate_s": generate_s, "verify_s": verify_s, "update_s": update_s,
             "step_s": generate_s + verify_s + update_s, "generate_cpu_s": generate_cpu_s,
             "update_cpu_s": update_cpu_s, "step_cpu_s": generate_cpu_s + verify_s + update_cpu_s, "tokens": tokens, "rollouts": len(rollouts),
-            "logprob_gap": metrics["logprob_gap"] or 0.0, "microbatches": metrics["microbatches"]}
+            "logprob_gap": metrics["logprob_gap"] or 0.0, "microbatches": metrics["microbatches"],
+            "logprob_gap_max": metrics["logprob_gap_max"] or 0.0, "is_truncated": metrics["is_truncated"],
+            "clip_fraction": metrics["clip_fraction"], **mismatch}
+
+
+def sampler_mismatch(learner: PopulationLearner, rollouts: list[Rollout], clip_eps: float) -> dict[str, float]:
+    """How far the sampler's log-probs are from the learner's before the update, token by token:
+    the largest gap, and the share of tokens whose ratio p_learner / p_sampler falls outside the PPO
+    clip band (a ratio to the sampler would clip the gradient of about half of them, those whose
+    advantage pushes further out; truncated importance sampling weights them instead)."""
+    gaps = [abs(t - s) for r, trainer in zip(rollouts, learner.logprobs(rollouts))
+            for t, s in zip(trainer, r.sampler_logprobs)]
+    band = math.log(1 + clip_eps)
+    return {"token_gap_max": max(gaps, default=0.0),
+            "outside_clip_band": sum(g > band for g in gaps) / len(gaps) if gaps else 0.0}
 
 
 def add_step_options(ap: argparse.ArgumentParser) -> None:
