@@ -137,7 +137,7 @@ class LearnerConfig(_Section):
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
                             "(dr_grpo), or for the best of pass_k answers (passk; on the tiny base it learns less and "
-                            "keeps no more pass@k: docs/results/learning, section 26)"
+                            "keeps no more pass@k: docs/results/learning)"
     )
     pass_k: int = Field(4, ge=1, description="k of the passk advantage (at most the rollouts per task)")
     teacher_baseline: Literal["batch", "ema", "population"] = Field(
@@ -216,7 +216,7 @@ class RewardsConfig(_Section):
     invalid_task: float = Field(
         INVALID_TASK_REWARD, le=0,
         description="teacher reward for a task that fails to parse, execute or is nondeterministic "
-                    "(the design's -1; docs/results/learning § 16 measures a weaker penalty)")
+                    "(the design's -1; docs/results/learning measures a weaker penalty)")
     novelty_window: int = Field(
         0, ge=0,
         description="fitness sharing: a valid task's teacher reward is divided by 1 + the tasks of its type with "

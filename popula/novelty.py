@@ -1,9 +1,7 @@
 """Novelty of a proposed task: how many of the curriculum's recent tasks are the same program.
 
-Self-play on a small base narrows its curriculum to a handful of one-line programs: over six
-default population runs (docs/results/learning, section 20; `benchmarks/curriculum_variety.py`)
-97% of the valid tasks in steps 61-120 have one body line and 96% have a form posed
-earlier. The teacher reward (1 - rho) pays a repeat as much as a new program the students
+Self-play on a small base narrows its curriculum to a handful of one-line programs, most of
+them posed before (measured by `benchmarks/curriculum_variety.py`; docs/results/learning). The teacher reward (1 - rho) pays a repeat as much as a new program the students
 solve as rarely, so nothing pushes a teacher off a lesson it has found. Fitness sharing, the classic niching
 rule of evolutionary search, divides a reward among the members of a niche; here a niche is
 a program *form*, and a valid task's reward is divided by its niche count: 1 + the tasks of

@@ -23,12 +23,10 @@ reward for a correct, well-formed solution):
      0          anything else: wrong, fails to run, or no answer could be parsed
                 (malformed; still counted apart in the metrics)
 
-There is no format penalty. An earlier -0.5 for a malformed answer sharpened students onto
-wrong answers: in a GRPO group where no rollout is right, the penalty gives every
-well-formed wrong answer a positive advantage. Measured in docs/results/learning/: on the
-ladder's small model the solve rate fell to 0 within a few steps at a high learning rate,
-and in self-play at lr 6e-3 the best student's held-out pass@4 halved. Format is still
-learned, because only a well-formed answer can earn the 1.
+There is no format penalty: in a GRPO group where no rollout is right, a penalty for
+malformed answers gives every well-formed wrong answer a positive advantage and sharpens
+students onto wrong answers (measured: docs/results/learning). Format is still learned,
+because only a well-formed answer can earn the 1.
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ rollout's advantage is the mean, over the subsets that contain it, of that score
 mean over all subsets, divided by their std. A right answer to a task the student mostly
 fails is still pushed up; a wrong answer to a task it mostly solves costs almost nothing,
 since the subsets that hold it hold a right answer too. GRPO instead pushes the last wrong answers
-of an easy task out, which sharpens the student onto one way of answering. On the tiny base
-it cost three quarters of the students' held-out pass@1 gain and won no pass@4 back
-(docs/results/learning, section 26): an option, not a default.
+of an easy task out, which sharpens the student onto one way of answering. An option, not a
+default: on the tiny base it learned less and kept no more pass@k (docs/results/learning).
 
 Teachers (REINFORCE with a baseline): a teacher proposes each task once, so there is no
 group of rollouts of the same prompt. Following AZR's task-relative REINFORCE++, rewards

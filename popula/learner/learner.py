@@ -103,10 +103,7 @@ def avoid_cudnn_attention() -> None:
 
     Why: its backward returns NaN query gradients on Hopper GPUs when an attention mask is passed
     and the padded length is 64 more than a multiple of 128 (pytorch/pytorch#196678; torch 2.11
-    to 2.13). The learner always passes a mask (left-padded rows). On an H200 (torch 2.11, bf16),
-    4 of 36 learner steps of the default config had NaN gradients (every teacher's, once seven of
-    the eight adapters', so their updates were skipped), and autograd's anomaly mode named
-    `ScaledDotProductCudnnAttentionBackward0` (docs/results/gpu/README.md).
+    to 2.13), and the learner always passes a mask. Found and measured: docs/results/gpu/README.md.
     """
     torch.backends.cuda.enable_cudnn_sdp(False)
 
@@ -123,10 +120,9 @@ class PopulationLearner:
     (which the learner then owns: its target linears are wrapped in place).
 
     `kernel` is the LoRA layers' (popula.lora): None picks "gather" on CPU and "auto"
-    (grouped matmul where it works) elsewhere. On CPU, gather trained a small Llama in about
-    half the CPU time of grouped, 8 adapters costing it about what 1 does
-    (docs/results/design-figures.md § LoRA kernel on CPU); grouped's advantage (each adapter's weights read
-    once, no per-row copies kept for backward) is a GPU and large-model one.
+    (grouped matmul where it works) elsewhere: on a CPU gather is the faster
+    (docs/results/design-figures.md § LoRA kernel on CPU); grouped's advantage (each adapter's
+    weights read once, no per-row copies kept for backward) is a GPU and large-model one.
 
     `cfg.share_prompts` packs rollouts of one prompt and adapter into one sequence, and
     `cfg.logit_chunk` (positions per LM-head chunk; None: full logits) computes log-probs without

@@ -147,8 +147,8 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
 HELDOUT_SEED_OFFSET = 777  # the build's held-out tasks: a seed its corpus (recipe.seed) never uses
 # The sampled check scores a base as benchmarks/learning.py scores it (4 answers at T=0.8 within
 # the default config's 96-token answer budget). Greedy pass@1 follows one argmax path per task,
-# so two builds of one recipe that sample alike can differ by 0.04 on it (docs/results/learning,
-# section 23); the mean over four sampled answers is the figure that says "same quality".
+# so two builds of one recipe that sample alike can differ on it by several points; the mean
+# over four sampled answers is the figure that says "same quality" (docs/results/tiny-base).
 SAMPLED_CHECK = EvalSettings(samples=4, temperature=0.8, max_tokens=96)
 
 

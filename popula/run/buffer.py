@@ -1,38 +1,20 @@
 """The task buffer: past valid tasks, shown to teachers as references.
 
-Which references a teacher sees steers what it proposes: a teacher imitates its examples.
-Drawn uniformly, the buffer mirrors what teachers wrote lately, so once they start to
-simplify (easy programs are valid more often) their references simplify too and the
-curriculum collapses on itself. `challenge` weighting draws references in proportion to
-(1 + AST depth) x how hard they were for the students that met them (1 - rho, a little
-for unsolved ones, which may be impossible), so the examples pull proposals towards the
-frontier instead. Its depth factor is weak, though: one AST level above the pool's
-mean raises a task's weight by about 15%, while the sandbox rejects deep programs more often
-than shallow ones (a level deeper on average), so the accepted pool still drifts down.
-`frontier` weighting tilts exponentially instead: a task's hardness times
-exp(tilt x (its depth - the pool's mean depth)), the difference clipped to
-+-FRONTIER_CLIP levels so that one very deep program cannot take every draw. Measured
-relative to the pool, the tilt keeps the references above whatever the teachers currently
-write. How far proposals follow is the base's business: on the tiny base (which follows its
-references' depth by about 0.2 levels per level) references 1.2 levels deeper moved where the
-curriculum started, not where it ended (docs/results/learning, section 18), so `frontier`
-stayed an option. `ratchet` weighting is `frontier` with a tilt that the run moves
-step by step (popula.run.ratchet): the buffer only reads `tilt` when it draws. The tilt
-multiplies the students' difficulty alone, as frontier's does, or challenge's weight
-(`tilt_from="challenge"`), so that a ratchet at tilt 0 draws exactly as `challenge` does:
-the shipped configs' references since section 32, where the population's curriculum climbs.
+A teacher imitates its examples, so which references it sees steers what it proposes. Drawn
+uniformly, the buffer mirrors what teachers wrote lately and the curriculum collapses onto
+the easy programs that are valid most often; the weightings draw towards the students'
+frontier instead: `challenge` by (1 + AST depth) x how hard a task was for the students that
+met it, `frontier` by hardness x exp(tilt x (depth - the pool's mean depth)) (the difference
+clipped to +-FRONTIER_CLIP, so one very deep program cannot take every draw), and `ratchet`
+as `frontier` with a tilt the run moves step by step (popula.run.ratchet), multiplying
+hardness alone or challenge's weight (`tilt_from`). Seed tasks never leave the buffer and
+`anchors` of them close every prompt, which keeps multi-line programs in view. Why these,
+with the measurements: docs/design.md § The curriculum: which references teachers see.
 
-Whatever the weighting, the buffer fills with what the teachers write, and on a small base
-that narrows to one-line programs within 20 steps (docs/results/learning, section 20): the
-bare tiny base writes a multi-line program for 27% of its proposals when shown such a buffer,
-and for 51% when the last reference it sees is one of the generated seed tasks. `anchors`
-references per prompt (`tasks.seed_references`) are therefore drawn uniformly from the seed
-tasks, which never leave the buffer, and placed last, where a compact prompt shows them.
-
-Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log, so a
-running run can be inspected), and the in-memory pool keeps the newest `capacity` per
-type. On resume the log is cut back to the checkpoint's step, so a run killed mid-step
-never sees tasks from a step that did not finish.
+Tasks are appended to RUN_DIR/tasks.jsonl as they are accepted (an append-only log a running
+run can be inspected by); the in-memory pool keeps the newest `capacity` per type. On resume
+the log is cut back to the checkpoint's step, so a run killed mid-step never sees tasks from
+a step that did not finish.
 """
 
 from __future__ import annotations
