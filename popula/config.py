@@ -291,8 +291,7 @@ class Config(_Section):
 
     seed: int = 0
     base_model: str = Field("tiny", description="`tiny`, a Hugging Face id or a local path")
-    engine: str = Field(DEFAULT_ENGINE, description="generation engine: a name in popula.engines.registry.ENGINES "
-                                                    "(torch, vllm)")
+    engine: str = Field(DEFAULT_ENGINE, description="generation engine: a name in popula.engines.registry.ENGINES")
     population: PopulationConfig = PopulationConfig()
     lora: LoraConfig = LoraConfig()
     tasks: TasksConfig = TasksConfig()
