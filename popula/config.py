@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from popula.engines.registry import DEFAULT_ENGINE, ENGINES
 from popula.errors import PopulaError
 from popula.league.schema import LeagueConfig
 from popula.rewards import INVALID_TASK_REWARD
@@ -301,7 +302,7 @@ class Config(_Section):
 
     seed: int = 0
     base_model: str = Field("tiny", description="`tiny`, a Hugging Face id or a local path")
-    engine: Literal["torch", "vllm"] = "torch"
+    engine: str = Field(DEFAULT_ENGINE, description="generation engine: a name in popula.engines.registry.ENGINES")
     population: PopulationConfig = PopulationConfig()
     lora: LoraConfig = LoraConfig()
     tasks: TasksConfig = TasksConfig()
@@ -315,6 +316,14 @@ class Config(_Section):
     heldout: HeldoutSection = HeldoutSection()
     ray: RaySection = RaySection()
     runtime: RuntimeSection = RuntimeSection()
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, name: str) -> str:
+        # the registry is read now, not at import: an engine registered later (a plugin, a test) is accepted
+        if name not in ENGINES:
+            raise ValueError(f"unknown engine {name!r} (registered: {', '.join(sorted(ENGINES))})")
+        return name
 
     @model_validator(mode="after")
     def _evolution_leaves_parents(self) -> "Config":

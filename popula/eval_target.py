@@ -226,7 +226,7 @@ def _session(stack: ExitStack, spec: str, base_path: Path | str, kind: str, *, w
     cfg = (load_config(Path(spec).expanduser() / "config.yaml") if is_run_dir(Path(spec).expanduser())
            else Config(runtime=RuntimeSection(dtype="auto")))
     eng = build_engine(cfg, base_path, runtime_of(cfg), kind=kind, max_adapters=max_adapters, max_rank=max_rank,
-                       target_modules=target_modules or None, max_model_len=context if kind == "vllm" else None,
+                       target_modules=target_modules or None, max_model_len=context,
                        seed=0)
     stack.callback(eng.close)
     sandbox = stack.enter_context(build_sandbox(cfg, workers))

@@ -281,7 +281,7 @@ class _Bench:
             raise PopulaError(f"no training task fits the model's {self.context} positions; raise --train-tasks")
         runtime = runtime_of(cfg)
         self.engine = build_engine(cfg, base_path, runtime, max_adapters=2,
-                                   max_model_len=self.context if cfg.engine == "vllm" else None)
+                                   max_model_len=self.context)
         stack.callback(self.engine.close)
         self.learner = build_learner(cfg, base_path, runtime, max_adapters=1)
         self._saved: tuple[Mapping[str, torch.Tensor], Any] | None = None

@@ -6,6 +6,8 @@
 - Nor do popula's parts (its subpackages and top-level modules) import each other in a circle,
   so that one part can be read, and changed, knowing only the parts below it.
 - `evolution` is a standalone library: it imports nothing from `popula`.
+- A module named by an import path string, "popula.engines.torch_engine:TorchEngine" (the engine
+  registry's lazy builders, `popula/engines/registry.py`), is imported as surely: it counts too.
 - In `popula` and `evolution`, a project module is imported inside a function only on purpose: to defer a heavy
   dependency (torch before the command sets its OpenMP waits, the optional vllm, matplotlib,
   or torch in Ray actors that never need it), said in a `# deferred: <why>` comment on the
@@ -78,6 +80,14 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -
     return targets - own
 
 
+def _path_target(node: ast.AST) -> str | None:
+    """The module a "package.module:attribute" string names, if it is one of this repository's."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or node.value.count(":") != 1:
+        return None
+    module = node.value.partition(":")[0]
+    return module if module in MODULES and module.startswith(tuple(f"{p}." for p in PACKAGES)) else None
+
+
 def _imports() -> list[Import]:
     edges = []
     for module, (path, is_package) in MODULES.items():
@@ -90,6 +100,10 @@ def _imports() -> list[Import]:
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     for target in sorted(_targets(module, is_package, child)):
                         edges.append(Import(module, target, child.lineno, in_function))
+                named = _path_target(child)
+                if named is not None and named != module:  # imported by path when called: never unexplained
+                    for target in sorted(_targets(module, is_package, ast.Import(names=[ast.alias(named)]))):
+                        edges.append(Import(module, target, child.lineno, False))
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
         visit(tree, False)
@@ -150,7 +164,8 @@ def test_the_ast_reading_sees_known_imports():
     pairs = {(i.source, i.target) for i in IMPORTS}
     assert ("popula.run.population", "evolution") in pairs
     assert ("popula.run.population", "popula.league") in pairs
-    assert ("popula.engines", "popula.engines.torch_engine") in pairs  # a function-level one
+    assert ("popula.run.builders", "popula.learner") in pairs  # a function-level one
+    assert ("popula.engines.registry", "popula.engines.torch_engine") in pairs  # by its import path
     assert ("benchmarks.ray_overhead", "benchmarks.population_overhead") in pairs
     assert len(MODULES) > 80
 

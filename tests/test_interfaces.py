@@ -1,6 +1,8 @@
 """Every implementation of a part's Protocol (engine, sandbox pool, learner), local or Ray proxy,
 has each of the Protocol's members with the Protocol's parameters, so `Workers` can hold
-either and `PopulationRun` cannot tell them apart. Checked on the classes: nothing is built."""
+either and `PopulationRun` cannot tell them apart; so do the two sides of the seam where the
+torch engine generates with the learner's model (`popula.engines.shared`). Checked on the
+classes: nothing is built (tests/test_engine_registry.py checks a built learner's data members)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import inspect
 import pytest
 
 from popula.engines.base import Engine
+from popula.engines.shared import SharedWeights, SharingEngine
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import Learner, PopulationLearner
 from popula.run.ray_workers import RayEngine, RayLearner, RaySandbox
@@ -30,6 +33,7 @@ def _parameters(member: object) -> list[tuple[str, object, object]]:
     (Engine, TorchEngine), (Engine, RayEngine),
     (SandboxPool, Sandbox), (SandboxPool, RaySandbox),
     (Learner, PopulationLearner), (Learner, RayLearner),
+    (SharedWeights, PopulationLearner), (SharingEngine, TorchEngine),
 ])
 def test_an_implementation_has_every_member_of_its_protocol_with_its_parameters(protocol, implementation) -> None:
     members = _members(protocol)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popula.engines.registry import ENGINES
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -52,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "instruction-tuned models; the same for a run's adapter and a bare base, so "
                              "the two compare like with like)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (default: 0)")
-    parser.add_argument("--engine", choices=("torch", "vllm"), default=None,
+    parser.add_argument("--engine", choices=tuple(ENGINES), default=None,
                         help="generation engine (default: the run's config, else torch)")
     parser.add_argument("--workers", type=int, default=2, metavar="N", help="sandbox workers (default: 2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -37,8 +37,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
 
 from popula.adapters import AdapterRef, read_adapter
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
+from popula.engines.shared import SharedWeights
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, MultiLoRAModel
+
+if TYPE_CHECKING:
+    from popula.engines.registry import EngineArgs
 
 COMPACT_FRACTION = 0.25  # drop finished rows once this share of the batch has finished
 
@@ -108,11 +112,28 @@ def _row_seed(*entropy: int) -> int:
     return (int(state[0]) << 31) ^ int(state[1])
 
 
+def config_options(args: EngineArgs) -> dict[str, Any]:
+    """`TorchEngine`'s options for a config (the registry's `EngineSpec.options`).
+
+    Sharing a learner's model (`args.shared`): that model, and the slots above the learner's
+    for the adapter files it does not hold; device, dtype and target modules are the model's.
+    Else the LoRA target modules, and the runtime's device and dtype (None: the defaults).
+    """
+    if args.shared is not None:
+        model = args.shared.model
+        return {"model": model, "slots": range(args.shared.max_adapters, model.n_slots)}
+    options: dict[str, Any] = {"target_modules": tuple(args.target_modules or args.cfg.lora.target_modules)}
+    if args.runtime is not None:
+        options.update(device=args.runtime.device, dtype=args.runtime.dtype)
+    return options
+
+
 class TorchEngine:
     """`Engine` over one frozen HF causal LM with up to `max_adapters` LoRA adapters resident.
 
     Adapters are loaded into slots by `AdapterRef.uid` (never by name, so a new version can
-    never be served with old weights) and evicted least-recently-used.
+    never be served with old weights) and evicted least-recently-used. Built on a learner's
+    model it is a `popula.engines.shared.SharingEngine`: `bind` serves the learner's versions.
     """
 
     def __init__(self, base_path: str | os.PathLike, *, max_adapters: int = 8, max_rank: int = 16, seed: int = 0,
@@ -162,7 +183,7 @@ class TorchEngine:
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # uid -> own slot, least recently used first
         self._free = sorted(slots, reverse=True)
         self._capacity = len(self._free)
-        self._bound: dict[int, tuple[object, str, int | None]] = {}  # uid -> (learner, name, weights token)
+        self._bound: dict[int, tuple[SharedWeights, str, int | None]] = {}  # uid -> (learner, name, weights token)
         self.files_read = 0  # adapter files loaded from disk (a shared model should need none)
         self.share_prefill = share_prefill
         self.prompt_tokens = 0  # prompt tokens run through the model by prefills (padding left out)
@@ -214,26 +235,26 @@ class TorchEngine:
         """uids of the adapters loaded from files, least recently used first."""
         return list(self._slot_of)
 
-    def bind(self, ref: AdapterRef, learner: object, name: str) -> None:
+    def bind(self, ref: AdapterRef, learner: SharedWeights, name: str) -> None:
         """Serve version `ref` from `learner`'s slot for `name` (this engine must share its model).
 
         Valid while the learner's weights for `name` are unchanged (its weights token); once the
         learner updates them, `ref` is an old version and is loaded from `ref.path` like any
         other adapter, so a version is never served with another version's weights.
         """
-        if getattr(learner, "model", None) is not self.model:
+        if learner.model is not self.model:
             raise PopulaError("bind: the learner does not share this engine's model")
-        self._bound[ref.uid] = (learner, name, learner.weights_token(name))  # type: ignore[attr-defined]
+        self._bound[ref.uid] = (learner, name, learner.weights_token(name))
 
     def _bound_slot(self, ref: AdapterRef) -> int | None:
         entry = self._bound.get(ref.uid)
         if entry is None:
             return None
         learner, name, token = entry
-        if token is None or learner.weights_token(name) != token:  # type: ignore[attr-defined]
+        if token is None or learner.weights_token(name) != token:
             del self._bound[ref.uid]  # the learner has moved on: this version lives only on disk now
             return None
-        return learner.slot_index(name)  # type: ignore[attr-defined]
+        return learner.slot_index(name)
 
     # -- adapters ------------------------------------------------------------------------------------
 

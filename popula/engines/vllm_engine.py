@@ -53,6 +53,8 @@ from popula.lora.model import FORBIDDEN_TARGETS
 if TYPE_CHECKING:
     import torch
 
+    from popula.engines.registry import EngineArgs
+
 # vLLM only accepts these values for max_lora_rank (vllm.config.lora.MaxLoRARanks).
 VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
@@ -108,6 +110,27 @@ def context_length(base_path: str | os.PathLike, requested: int | None) -> int:
     if positions is not None and requested > positions:
         raise PopulaError(f"max_model_len {requested} exceeds the {positions} positions of the base model {base_path}")
     return requested
+
+
+def config_options(args: EngineArgs) -> dict[str, Any]:
+    """`VLLMEngine`'s options for a config (the registry's `EngineSpec.options`): the dtype (the
+    learner's, so sampler and trainer agree), the runtime's GPU memory share, enforce_eager,
+    max_num_seqs and the context length. `args.runtime` None leaves the dtype to vLLM's default."""
+    rt = args.cfg.runtime
+    options: dict[str, Any] = {"gpu_memory_utilization": rt.gpu_memory_utilization,
+                               "enforce_eager": rt.enforce_eager, "max_num_seqs": rt.max_num_seqs}
+    if args.runtime is not None:
+        options["dtype"] = args.runtime.dtype
+    if args.max_model_len is not None:
+        options["max_model_len"] = args.max_model_len
+    return options
+
+
+def create(base_path: str | os.PathLike, *, max_adapters: int, max_rank: int, seed: int = 0,
+           **options: Any) -> VLLMEngine:
+    """The registry's constructor (`EngineSpec.create`): the population's slots are the adapters one
+    vLLM step may mix (`max_loras`), its rank vLLM's `max_lora_rank`."""
+    return VLLMEngine(base_path, max_loras=max_adapters, max_lora_rank=max_rank, seed=seed, **options)
 
 
 def whole_prompt_scheduling(max_model_len: int, max_num_batched_tokens: int | None) -> dict[str, Any]:

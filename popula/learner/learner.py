@@ -217,7 +217,7 @@ class PopulationLearner:
             self._new_optimizer(name, None)
 
     def slot_index(self, name: str) -> int:
-        """The slot of the shared `model` that holds `name`'s weights."""
+        """The slot of the shared `model` that holds `name`'s weights (`popula.engines.shared.SharedWeights`)."""
         return self._slot_of(name)
 
     def weights_token(self, name: str) -> int | None:

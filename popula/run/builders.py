@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from popula.config import Config
-from popula.engines import create_engine, engine_options
 from popula.engines.base import Engine
+from popula.engines.registry import EngineArgs, create_engine, engine_spec
 from popula.runtime import Runtime, resolve_runtime
 from popula.sandbox import Sandbox
 
 if TYPE_CHECKING:
+    from popula.engines.shared import SharedWeights
     from popula.learner import PopulationLearner
 
 
@@ -46,11 +47,9 @@ def context_of(cfg: Config, base_path: str | Path) -> int | None:
     """Tokens (prompt + completion) one request may hold in the config's engine: vLLM's context
     length, else the base's positions (None if its config does not say). Self-play keeps its
     prompts inside it: a generated task too long to show a student must not end the run."""
-    if cfg.engine == "vllm":
-        # deferred: the vLLM engine's module, loaded only by runs that use it
-        from popula.engines.vllm_engine import context_length
-
-        return context_length(base_path, None)
+    spec = engine_spec(cfg.engine)
+    if spec.context is not None:
+        return spec.context_length(base_path)  # the engine's module, loaded only by runs that use it
     # deferred: transformers, which the Ray sandbox actors (they import this module) never load
     from transformers import AutoConfig
 
@@ -76,16 +75,17 @@ def build_learner(cfg: Config, base_path: str | Path, runtime: Runtime, *, max_a
 def build_engine(cfg: Config, base_path: str | Path, runtime: Runtime | None, *, max_adapters: int,
                  kind: str | None = None, max_rank: int | None = None, target_modules: Sequence[str] | None = None,
                  max_model_len: int | None = None, seed: int | None = None,
-                 shared: PopulationLearner | None = None) -> Engine:
-    """The config's generation engine (`kind` overrides `cfg.engine`), `max_adapters` LoRA slots;
-    `seed` (default: the config's) seeds requests that carry none. `shared`: a learner built
-    with spare slots whose model (base and adapters) a torch engine generates with."""
+                 shared: SharedWeights | None = None) -> Engine:
+    """The config's generation engine (`kind` overrides `cfg.engine`, a name in
+    `popula.engines.registry.ENGINES`), `max_adapters` LoRA slots; `seed` (default: the config's)
+    seeds requests that carry none. `max_model_len` goes to an engine that fixes its context
+    (`EngineSpec.context`), the others ignore it. `shared`: a learner built with spare slots
+    whose model (base and adapters) the engine generates with (`EngineSpec.shares_model`)."""
     kind = kind or cfg.engine
-    options = engine_options(cfg, base_path, runtime, kind=kind, target_modules=target_modules,
-                             max_model_len=max_model_len)
-    if shared is not None:
-        if kind != "torch":
-            raise ValueError("only the torch engine can share the learner's model")
-        options = {"model": shared.model, "slots": range(shared.max_adapters, shared.model.n_slots)}
+    spec = engine_spec(kind)
+    if shared is not None and not spec.shares_model:
+        raise ValueError(f"the {kind} engine cannot share the learner's model")
+    args = EngineArgs(cfg, base_path, runtime, target_modules=target_modules,
+                      max_model_len=max_model_len if spec.context is not None else None, shared=shared)
     return create_engine(kind, base_path, max_adapters=max_adapters, max_rank=max_rank or cfg.lora.rank,
-                         seed=cfg.seed if seed is None else seed, **options)
+                         seed=cfg.seed if seed is None else seed, **spec.config_options(args))

@@ -16,6 +16,9 @@ from typing import Callable
 from popula.adapters import AdapterRef
 from popula.config import Config
 from popula.engines.base import Engine
+from popula.engines.registry import engine_spec
+from popula.engines.shared import Sharing, SharingEngine
+from popula.errors import PopulaError
 from popula.learner.protocol import Learner
 from popula.run.builders import build_engine, build_learner, build_sandbox, n_adapters, runtime_of
 from popula.run.ray_workers import RayReservation, build_ray as start_actors, reserve
@@ -33,13 +36,14 @@ class Workers:
     learner: Learner
     release: Callable[[], None] | None = None  # frees what the learner holds beyond this process (Ray actor)
     runtime: Runtime | None = None  # device and dtype of engine and learner (None: per Ray actor)
+    sharing: Sharing | None = None  # the engine and learner again when the engine generates with its model
 
     def bind(self, ref: AdapterRef, adapter: str) -> None:
         """Tell an engine that shares the learner's model that version `ref` of `adapter` is what
-        the learner holds now: it serves it from the learner's slot, without reading `ref.path`."""
-        model = getattr(self.engine, "model", None)
-        if model is not None and model is getattr(self.learner, "model", None):
-            self.engine.bind(ref, self.learner, adapter)  # type: ignore[attr-defined]  # a TorchEngine sharing it
+        the learner holds now: it serves it from the learner's slot, without reading `ref.path`.
+        Workers whose engine has a model of its own (or runs elsewhere) have nothing to bind."""
+        if self.sharing is not None:
+            self.sharing.bind(ref, adapter)
 
     def close(self) -> None:
         self.sandbox.close()
@@ -79,12 +83,17 @@ def build_local(cfg: Config, base_path: str | Path) -> Workers:
     """All workers in this process (the sandbox's own worker processes aside)."""
     runtime = runtime_of(cfg)
     n = n_adapters(cfg)
-    if cfg.engine == "torch":
+    if engine_spec(cfg.engine).shares_model:
         # One base in memory: the engine generates with the learner's model and adapter tensors
         # (one spare slot for adapter files the learner does not hold).
         learner = build_learner(cfg, base_path, runtime, max_adapters=n, spare_slots=1)
         engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1, shared=learner)
-    else:
-        learner = build_learner(cfg, base_path, runtime, max_adapters=n)
-        engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1)
+        if not isinstance(engine, SharingEngine):
+            engine.close()
+            raise PopulaError(f"engine {cfg.engine!r} is registered as sharing the learner's model but cannot "
+                              f"bind its versions (it is no popula.engines.shared.SharingEngine)")
+        return Workers(engine=engine, sandbox=build_sandbox(cfg), learner=learner, runtime=runtime,
+                       sharing=Sharing(engine, learner))
+    learner = build_learner(cfg, base_path, runtime, max_adapters=n)
+    engine = build_engine(cfg, base_path, runtime, max_adapters=n + 1)
     return Workers(engine=engine, sandbox=build_sandbox(cfg), learner=learner, runtime=runtime)
