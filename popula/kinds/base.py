@@ -34,6 +34,8 @@ class TaskKind:
     label: ClassVar[str]  # the kind in plots and listings
     answer: ClassVar[AnswerForm]
     compact_head: ClassVar[str]  # the compact format's `## <head>` word
+    instruct_question: ClassVar[str] = ""  # the first line of the default instruct student prompt
+    instruct_ask: ClassVar[str] = ""  # its last line, asking for the answer
     direct_ask: ClassVar[str]  # the last line of an instruct-direct student prompt
     proposal_inputs: ClassVar[int] = 1  # the most inputs a proposal keeps (and the generator draws)
     min_inputs: ClassVar[int] = 1  # the fewest a proposal needs
@@ -51,7 +53,11 @@ class TaskKind:
         return f">>> f({ref.inputs[0]})"
 
     def compact_student(self, task: TaskRecord) -> str:
-        """A compact student prompt after its `## <head>` line."""
+        """A compact student prompt after its `## <head>` line: by default the program and `compact_shown`."""
+        return f"{task.program.rstrip()}\n{self.compact_shown(task)}\n"
+
+    def compact_shown(self, task: TaskRecord) -> str:
+        """The line under the program in the default compact student prompt."""
         raise NotImplementedError
 
     # -- instruct format (real models) ----------------------------------------------------
@@ -65,7 +71,12 @@ class TaskKind:
         return "one input (an argument list, as in f(<input>)) in <input></input>"
 
     def instruct_student(self, task: TaskRecord) -> list[str]:
-        """An instruct student prompt's lines; the last asks for the answer (direct_ask replaces it)."""
+        """An instruct student prompt's lines; the last asks for the answer (direct_ask replaces it).
+        By default: the question, the program in a fence, `instruct_shown` and the ask."""
+        return [self.instruct_question, "```python", task.program.rstrip(), "```", self.instruct_shown(task), self.instruct_ask]
+
+    def instruct_shown(self, task: TaskRecord) -> str:
+        """The line under the program in the default instruct student prompt."""
         raise NotImplementedError
 
     # -- cold-start corpus ----------------------------------------------------------------

@@ -18,18 +18,15 @@ class CodeInput(TaskKind):
     label = "code_i"
     answer = "arguments"
     compact_head = "input"
+    instruct_question = "Find an input for which this Python function returns the given output."
+    instruct_ask = "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>."
     direct_ask = "Reply with only the argument list (what goes inside f(...)) in <answer></answer>. No explanation."
 
-    def compact_student(self, task: TaskRecord) -> str:
-        return f"{task.program.rstrip()}\nf(?) == {task.outputs[0]}\n"
+    def compact_shown(self, task: TaskRecord) -> str:
+        return f"f(?) == {task.outputs[0]}"
 
-    def instruct_student(self, task: TaskRecord) -> list[str]:
-        return [
-            "Find an input for which this Python function returns the given output.",
-            "```python", task.program.rstrip(), "```",
-            f"Output: {task.outputs[0]}",
-            "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>.",
-        ]
+    def instruct_shown(self, task: TaskRecord) -> str:
+        return f"Output: {task.outputs[0]}"
 
     def corpus_answer(self, task: TaskRecord) -> str:
         return task.inputs[0]

@@ -18,19 +18,16 @@ class CodeOutput(TaskKind):
     label = "code_o"
     answer = "value"
     compact_head = "output"
+    instruct_question = "Predict the output of this Python function for the given input."
+    instruct_ask = "Reason step by step, then give the output as a Python literal in <answer></answer>."
     direct_ask = "Reply with only the output, as a Python literal, in <answer></answer>. No explanation."
     shows_outputs = False
 
-    def compact_student(self, task: TaskRecord) -> str:
-        return f"{task.program.rstrip()}\n>>> f({task.inputs[0]})\n"
+    def compact_shown(self, task: TaskRecord) -> str:
+        return f">>> f({task.inputs[0]})"
 
-    def instruct_student(self, task: TaskRecord) -> list[str]:
-        return [
-            "Predict the output of this Python function for the given input.",
-            "```python", task.program.rstrip(), "```",
-            f"Input: f({task.inputs[0]})",
-            "Reason step by step, then give the output as a Python literal in <answer></answer>.",
-        ]
+    def instruct_shown(self, task: TaskRecord) -> str:
+        return f"Input: f({task.inputs[0]})"
 
     def corpus_answer(self, task: TaskRecord) -> str:
         return task.outputs[0]
