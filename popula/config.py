@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from popula.engines.registry import DEFAULT_ENGINE, ENGINES
 from popula.errors import PopulaError
+from popula.kinds import task_types
 from popula.league.schema import LeagueConfig
 from popula.rewards import INVALID_TASK_REWARD
 from popula.runtime import DEVICE_PATTERN, resolve_runtime
@@ -60,8 +61,9 @@ class LoraConfig(_Section):
 
 
 class TasksConfig(_Section):
-    types: list[Literal["code_o", "code_i", "code_f"]] = Field(
-        default_factory=lambda: ["code_o", "code_i", "code_f"], min_length=1
+    types: list[str] = Field(
+        default_factory=lambda: list(task_types()), min_length=1,
+        description="task kinds the teachers propose, each a registered one (popula/kinds)"
     )
     proposals_per_type: int = Field(4, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
@@ -86,6 +88,14 @@ class TasksConfig(_Section):
                                                       "seed tasks and shown last (popula.run.buffer); 0: none")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
     buffer_size: int = Field(2048, ge=1)
+
+    @field_validator("types")
+    @classmethod
+    def _registered_kinds(cls, types: list[str]) -> list[str]:
+        unknown = [t for t in types if t not in task_types()]
+        if unknown:
+            raise ValueError(f"unknown task types {unknown}; expected some of {', '.join(task_types())}")
+        return types
 
 
 class GenerationConfig(_Section):

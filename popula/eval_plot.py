@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from popula.errors import PopulaError
+from popula.kinds import get_kind, task_types
 
 SAME_SETTINGS = ("samples", "temperature", "top_p", "max_tokens", "tasks_in_file")
-GROUPS = ("overall", "code_o", "code_i", "code_f")
+
+
+def groups() -> tuple[str, ...]:
+    """The bars of each report: overall, then every registered task kind."""
+    return ("overall", *task_types())
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -83,13 +88,13 @@ def plot_reports(reports: dict[str, Path], out: Path) -> Path:
     width = 0.8 / len(data)
     fig, ax = plt.subplots(figsize=(7, 3.8), dpi=120)
     for i, (label, report) in enumerate(data.items()):
-        values = [pass_at_1_with_error(report, g) for g in GROUPS]
-        xs = [g + (i - (len(data) - 1) / 2) * width for g in range(len(GROUPS))]
+        values = [pass_at_1_with_error(report, g) for g in groups()]
+        xs = [g + (i - (len(data) - 1) / 2) * width for g in range(len(groups()))]
         errors = [e if e is not None else 0.0 for _, e in values]
         bars = ax.bar(xs, [v for v, _ in values], width, label=label,
                       yerr=errors if any(e is not None for _, e in values) else None, capsize=3)
         ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=2)
-    ax.set_xticks(range(len(GROUPS)), GROUPS)
+    ax.set_xticks(range(len(groups())), ["overall", *(get_kind(t).label for t in task_types())])
     ax.set_ylabel("pass@1")
     ax.set_title(f"held-out pass@1: {first.get('tasks_in_file')} tasks x {first.get('samples')} samples, "
                  f"T={first.get('temperature')}, {first.get('max_tokens')} tokens", fontsize=9)

@@ -35,7 +35,8 @@ from popula.adapters import AdapterRef
 
 from popula.engines.base import Engine, GenerationRequest
 from popula.errors import PopulaError
-from popula.records import TASK_TYPES, TaskRecord
+from popula.kinds import task_types
+from popula.records import TaskRecord
 from popula.sandbox import SandboxPool
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -123,7 +124,7 @@ def summarize(scores: Sequence[TaskScore], k: int) -> tuple[GroupScore, dict[str
         answered = sum(s.answered for s in items) / sum(s.samples for s in items)
         return GroupScore(len(items), p1, pk, answered)
 
-    by_type = {t: group([s for s in scores if s.type == t]) for t in TASK_TYPES if any(s.type == t for s in scores)}
+    by_type = {t: group([s for s in scores if s.type == t]) for t in task_types() if any(s.type == t for s in scores)}
     return group(scores), by_type
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from popula.errors import PopulaError
+from popula.kinds import get_kind, task_types
 
-TaskType = Literal["code_o", "code_i", "code_f"]
-TASK_TYPES: tuple[str, ...] = get_args(TaskType)
+TaskType = str  # a registered task kind's name (popula/kinds)
+TASK_TYPES: tuple[str, ...] = task_types()  # the built-in kinds; the live list is popula.kinds.task_types()
 
 Reason = Literal[
     "syntax",
@@ -41,9 +42,10 @@ REASONS: tuple[str, ...] = get_args(Reason)
 class TaskRecord:
     """One task. `inputs` are argument lists as Python source, so `f(<input>)` runs it.
 
-    code_o and code_i carry one input; code_f carries several (half shown to the
-    student, half hidden to judge it). `outputs` are reprs of `f(<input>)`, filled in
-    by the sandbox. `answer` is an optional student answer to judge: an expression
+    `type` names a registered task kind (popula/kinds), which says how many inputs it
+    carries: code_o and code_i one; code_f several (half shown to the student, half hidden
+    to judge it). `outputs` are reprs of `f(<input>)`, filled in by the sandbox. `answer`
+    is an optional student answer to judge, in the kind's answer form: an expression
     (code_o), an argument list (code_i) or a program defining `f` (code_f).
     """
 
@@ -120,9 +122,9 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
     if not isinstance(record_id, (str, int)) or isinstance(record_id, bool):
         raise PopulaError(f"{where}: field 'id' must be a string (or integer)")
     task_type = need("type", str)
-    if task_type not in TASK_TYPES:
+    if task_type not in task_types():
         raise PopulaError(
-            f"{where}: field 'type' is {task_type!r}; expected one of {', '.join(TASK_TYPES)}"
+            f"{where}: field 'type' is {task_type!r}; expected one of {', '.join(task_types())}"
         )
     program = need("program", str)
     inputs = need("inputs", list)
@@ -136,14 +138,8 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
                 )
     if not inputs:
         raise PopulaError(f"{where}: field 'inputs' is empty; a task needs at least one input")
-    if task_type in ("code_o", "code_i") and len(inputs) != 1:
-        raise PopulaError(f"{where}: field 'inputs' of a {task_type} task must hold exactly one input")
-    if task_type == "code_f" and len(inputs) < 2:
-        # With one input the student would be shown no example, or judged on the one it was shown.
-        raise PopulaError(
-            f"{where}: field 'inputs' of a code_f task holds {len(inputs)} input; it needs at least 2: the "
-            "first half (n // 2) is shown to the student as examples, the rest judge the answer"
-        )
+    if (fault := get_kind(task_type).inputs_fault(len(inputs))) is not None:
+        raise PopulaError(f"{where}: field 'inputs' {fault}")
     if outputs and len(outputs) != len(inputs):
         raise PopulaError(
             f"{where}: field 'outputs' has {len(outputs)} entries for {len(inputs)} inputs"

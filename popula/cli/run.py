@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from popula.config import load_config
+from popula.kinds import task_types
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run a population of teacher and student adapters (self-play RL)",
         description=(
-            "Run PopuLoRA-style self-play: teachers propose code_o/code_i/code_f tasks, the "
+            f"Run PopuLoRA-style self-play: teachers propose {'/'.join(task_types())} tasks, the "
             "sandbox validates them, matched students answer, all adapters are updated by "
             "policy gradient, and every few steps evolution replaces the weakest. Writes "
             "config.yaml, metrics.jsonl, league.json, adapters/, tasks.jsonl, checkpoints/ "

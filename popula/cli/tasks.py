@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from popula.errors import PopulaError
+from popula.kinds import get_kind, task_types
 from popula.records import write_jsonl
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 
@@ -24,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--out", required=True, metavar="FILE.jsonl", help="where to write the task records")
     parser.add_argument("--difficulty", default="mixed", help="easy, medium, hard or mixed (default: mixed)")
-    parser.add_argument("--types", default="code_o,code_i,code_f", help="comma-separated task types (default: all three)")
+    kinds = "; ".join(f"{t}: {get_kind(t).description}" for t in task_types())
+    parser.add_argument("--types", default=",".join(task_types()),
+                        help=f"comma-separated task types (default: all of them). {kinds}")
     parser.add_argument("--workers", type=int, default=2, metavar="W", help="sandbox workers (default: 2)")
     parser.set_defaults(func=run)
 

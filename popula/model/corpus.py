@@ -18,9 +18,11 @@ learns to propose at its references' depth, and the buffer's weighting sets the 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from popula.complexity import ast_depth
+from popula.kinds import get_kind
+from popula.kinds.code_f import simplest_program  # noqa: F401  (re-exported for callers of this module)
 from popula.records import TaskRecord
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import PromptFormat
@@ -43,24 +45,9 @@ def build_pool(n: int, seed: int, difficulty: str, workers: int = 2) -> list[Tas
 
 
 def as_type(task: TaskRecord, task_type: str, pick: int) -> TaskRecord:
-    """View a pool task as code_o/code_i (its `pick`-th input) or as the code_f it is."""
-    if task_type == "code_f":
-        return task
-    return replace(task, type=task_type, inputs=[task.inputs[pick]], outputs=[task.outputs[pick]], message="")
-
-
-def simplest_program(task: TaskRecord) -> str:
-    """The code_f answer to teach: the program itself, or `return <output>` if it is constant.
-
-    About a fifth of generated programs ignore their input. Any program that reproduces
-    the outputs is a correct code_f answer, and for those the simplest one returns the
-    one output it ever gives; a student should learn to see that rather than to guess
-    which of many equivalent programs wrote it.
-    """
-    if len(set(task.outputs)) > 1:
-        return task.program
-    signature = task.program.split("\n", 1)[0]
-    return f"{signature}\n    return {task.outputs[0]}"
+    """View a pool task as a task of `task_type` (its kind's view: code_o/code_i its
+    `pick`-th input, code_f the task as it is)."""
+    return get_kind(task_type).view(task, pick)
 
 
 class ExampleSampler:
@@ -133,7 +120,7 @@ class ExampleSampler:
 
     def student(self, task_type: str) -> Example:
         task = self._view(self.rng.choices(self.pool, self.student_weights)[0], task_type)
-        answer = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": simplest_program(task)}[task_type]
+        answer = get_kind(task_type).corpus_answer(task)
         return Example(f"student:{task_type}", self.fmt.student_prompt(task), self.fmt.answer_completion(task, answer))
 
     def sample(self) -> Example:

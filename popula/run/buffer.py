@@ -30,7 +30,8 @@ import numpy as np
 
 from popula.complexity import ast_depth
 from popula.errors import PopulaError
-from popula.records import TASK_TYPES, TaskRecord, json_line, parse_record
+from popula.kinds import task_types
+from popula.records import TaskRecord, json_line, parse_record
 
 UNSOLVED_WEIGHT = 0.25  # challenge weight of a task no student solved (hard, or impossible)
 UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed tasks)
@@ -83,8 +84,8 @@ class TaskBuffer:
         self.weighting = weighting
         self.tilt = tilt
         self._tilt_base = TILT_BASES[tilt_from]
-        self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in TASK_TYPES}
-        self._seeds: dict[str, list[TaskRecord]] = {t: [] for t in TASK_TYPES}  # teacher "seed": the generated ones
+        self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in task_types()}
+        self._seeds: dict[str, list[TaskRecord]] = {t: [] for t in task_types()}  # teacher "seed": the generated ones
 
     def _keep(self, record: TaskRecord) -> None:
         self._pools[record.type].append(record)

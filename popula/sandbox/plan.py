@@ -4,14 +4,15 @@ A record without outputs is a task to validate: its program and inputs are check
 compiled here, then run on two different workers (more for a task that builds sets or
 reads a masked id or hash, see pool.py), each run in a fresh process of its own
 (zygote.py). A record that already carries outputs was validated earlier: only what
-judging needs is run. Answers are data, judged by this (trusted) side:
-- code_o: the answer must be a literal value (values.read_value); it is compared here
-  and nothing runs at all;
-- code_i: the answer must be an argument list of literal values (values.read_arguments);
-  the task's program runs on those values in the sandbox (a "call" job: no answer text
-  is ever executed) and the output comes back as text parsed here;
-- code_f: the student's program runs on the hidden inputs (the second half of inputs),
-  on workers that run students' programs only (they never hold a teacher's program).
+judging needs is run. Answers are data, judged by this (trusted) side in the answer form
+of the record's task kind (popula/kinds; a kind picks a form, it adds no judging of its own):
+- "value" (code_o): the answer must be a literal value (values.read_value); it is
+  compared here and nothing runs at all;
+- "arguments" (code_i): the answer must be an argument list of literal values
+  (values.read_arguments); the task's program runs on those values in the sandbox (a
+  "call" job: no answer text is ever executed) and the output comes back as text parsed here;
+- "program" (code_f): the student's program runs on the hidden inputs (the second half of
+  inputs), on workers that run students' programs only (they never hold a teacher's program).
 An answer that is not a value gets answer_reason "not_a_value" and never runs. An
 answer's runs follow the task's rules for determinism (pool.py): runs that disagree
 make the answer wrong, so the same record always gets the same verdict.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+from popula.kinds import get_kind
 from popula.records import TaskRecord
 from popula.sandbox import policy
 from popula.sandbox.limits import Limits
@@ -43,8 +45,8 @@ class Plan:
     invalid: Rejection | None = None
     validate: Job | None = None  # run on two or more workers when set
     order_sensitive: bool = False  # builds sets: validated on more workers (pool.py)
-    answer_value: Any = _NO_VALUE  # a code_o answer read as a literal
-    answer_job: Job | None = None  # a code_i or code_f answer's runs (pool.py decides how many)
+    answer_value: Any = _NO_VALUE  # a "value" answer (code_o) read as a literal
+    answer_job: Job | None = None  # an "arguments" or "program" answer's runs (pool.py decides how many)
     answer_order_sensitive: bool = False  # its code builds sets: as many runs as validation's
     answer_by_student: bool = False  # runs a student's program: on student workers only
     answer_rejection: Rejection | None = None
@@ -55,7 +57,7 @@ class Plan:
 
 
 def hidden_split(n_inputs: int) -> int:
-    """Index of the first hidden input of a code_f task: the second half is hidden."""
+    """Index of the first hidden input of a task judged by a "program" answer (code_f): the second half is hidden."""
     return n_inputs // 2
 
 
@@ -115,14 +117,15 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     if record.answer is None:
         return plan
     answer = record.answer
+    form = get_kind(record.type).answer
     if len(answer) > cap:
         plan.answer_rejection = Rejection("syntax", f"answer has {len(answer)} characters (limit {cap})")
-    elif record.type == "code_o":
+    elif form == "value":
         try:
             plan.answer_value = read_value(answer)
         except NotAValue as err:
             plan.answer_rejection = _not_a_value_answer(answer, "a literal value", err)
-    elif record.type == "code_i":
+    elif form == "arguments":
         code = task_program()
         if code is None:
             return plan
@@ -133,7 +136,7 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
             return plan
         plan.answer_job = ("call", code, [call])
         plan.answer_order_sensitive = policy.order_sensitive(code)
-    else:  # code_f
+    else:  # "program"
         codes = task_args()
         if codes is None:
             return plan

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from popula.kinds import get_kind
 from popula.records import REASONS, VerifyResult
 from popula.sandbox.plan import Plan, hidden_split, not_a_value
 from popula.sandbox.values import NotAValue, read_value, reprs_equal, values_equal
@@ -89,7 +90,7 @@ def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple
             return False, None, "the task output is not a value"
     if not answer_runs:
         raise AssertionError("an answer that needs a run has no run result")
-    if record.type == "code_f":
+    if get_kind(record.type).answer == "program":
         expected, inputs = outputs[hidden_split(len(outputs)) :], record.inputs[hidden_split(len(outputs)) :]
     else:
         expected, inputs = outputs[:1], [record.answer or ""]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from popula.errors import PopulaError
-from popula.records import TASK_TYPES, TaskRecord
+from popula.kinds import get_kind, task_types
+from popula.records import TaskRecord
 from popula.sandbox import Sandbox
 
 INT, STR, LIST, TUPLE, DICT = "int", "str", "list", "tuple", "dict"
@@ -105,7 +106,7 @@ class Program:
 
     @property
     def message(self) -> str:
-        """A short hint for code_f tasks: signature types and the constructs used."""
+        """A short hint for kinds that carry one (code_f): signature types and the constructs used."""
         sig = ", ".join(self.param_types)
         used = ", ".join(self.features) if self.features else "one expression"
         return f"({sig}) -> {self.return_type}; {used}"
@@ -517,15 +518,15 @@ def _draft_tasks(rng: random.Random, choose: Callable[[random.Random], Difficult
     for i in range(start, start + count):
         task_type = rng.choice(list(types))
         program = generate_program(rng, choose(rng))
-        n_inputs = 10 if task_type == "code_f" else 1
-        inputs = _distinct_inputs(rng, program.param_types, n_inputs)
+        kind = get_kind(task_type)
+        inputs = _distinct_inputs(rng, program.param_types, kind.proposal_inputs)
         drafts.append(
             TaskRecord(
                 id=f"{prefix}-{i}",
                 type=task_type,  # type: ignore[arg-type]
                 program=program.source,
                 inputs=inputs,
-                message=program.message if task_type == "code_f" else "",
+                message=program.message if kind.hint else "",
             )
         )
     return drafts
@@ -548,7 +549,7 @@ def generate_tasks(
     n: int,
     seed: int,
     difficulty: str | Difficulty = "mixed",
-    types: Iterable[str] = TASK_TYPES,
+    types: Iterable[str] | None = None,
     *,
     namespace: str = "gen",
     workers: int = 2,
@@ -559,12 +560,12 @@ def generate_tasks(
     `namespace` separates random streams: the cold-start corpus and held-out sets use
     different namespaces, so the same seed never yields the same tasks for both. With
     `verify=False` the drafts come back without outputs (for callers that verify them
-    in a sandbox of their own).
+    in a sandbox of their own). `types` defaults to every registered kind.
     """
-    types = list(types)
-    bad = [t for t in types if t not in TASK_TYPES]
+    types = list(task_types() if types is None else types)
+    bad = [t for t in types if t not in task_types()]
     if bad or not types:
-        raise PopulaError(f"task types {bad or types} are unknown; expected some of {', '.join(TASK_TYPES)}")
+        raise PopulaError(f"task types {bad or types} are unknown; expected some of {', '.join(task_types())}")
     if n < 0:
         raise PopulaError(f"cannot generate {n} tasks")
     rng = random.Random(f"{namespace}:{seed}")

@@ -29,27 +29,21 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from popula.errors import PopulaError
-from popula.records import TASK_TYPES, TaskRecord
+from popula.kinds import AnswerForm, TaskKind, get_kind
+from popula.kinds.code_f import CODE_F_INPUTS, shown_pairs  # noqa: F401  (re-exported for callers of this module)
+from popula.records import TaskRecord
 
 K_REFERENCES = 6  # reference tasks a teacher sees (as in Absolute Zero)
-CODE_F_INPUTS = 10  # inputs a code_f proposal carries: half shown, half hidden
 COMPACT_EOS = "<|end|>"  # the tiny tokenizer's end-of-sequence token
 COMPACT_PAD = "<|pad|>"
 
 
-def shown_pairs(task: TaskRecord) -> list[tuple[str, str]]:
-    """The input/output pairs a code_f student sees: the first half (the rest judge it)."""
-    return list(zip(task.inputs, task.outputs))[: max(1, len(task.inputs) // 2)]
-
-
-def _need_outputs(task: TaskRecord) -> None:
-    if task.type in ("code_i", "code_f") and len(task.outputs) != len(task.inputs):
+def _student_kind(task: TaskRecord) -> TaskKind:
+    """The task's kind, once the task holds what its student prompt shows."""
+    kind = get_kind(task.type)
+    if kind.shows_outputs and len(task.outputs) != len(task.inputs):
         raise PopulaError(f"task {task.id}: a {task.type} student prompt needs the outputs the sandbox computes")
-
-
-def _check_type(task_type: str) -> None:
-    if task_type not in TASK_TYPES:
-        raise PopulaError(f"task type {task_type!r} is unknown; expected one of {', '.join(TASK_TYPES)}")
+    return kind
 
 
 class PromptFormat(Protocol):
@@ -85,7 +79,6 @@ class PromptFormat(Protocol):
 # ---------------------------------------------------------------------------------------------
 # Compact format (tiny model)
 
-_COMPACT_HEAD = {"code_o": "output", "code_i": "input", "code_f": "program"}
 _CALL = re.compile(r"^>>> f\((.*)\)$")
 
 
@@ -96,12 +89,12 @@ def _cut_eos(text: str) -> str:
 class CompactFormat:
     """Doctest-like prompts, short enough for a model of a few million parameters.
 
-    A student prompt for code_o reads `## output`, the program, `>>> f(<input>)`; the
-    completion is the output repr. code_i shows `f(?) == <output>` and expects the
-    argument list; code_f shows the hint as a comment and the shown pairs, and expects the
-    program. A teacher prompt lists the references under `### ref` and ends in `### new`;
-    the completion is a program followed by one `>>> f(...)` line per input (and, for
-    code_f, the hint as a `# ` line).
+    A student prompt reads `## <head>` and what the task's kind shows (popula/kinds): for
+    code_o the program and `>>> f(<input>)`, the completion being the output repr; code_i
+    shows `f(?) == <output>` and expects the argument list; code_f shows the hint as a
+    comment and the shown pairs, and expects the program. A teacher prompt lists the
+    references under `### ref` and ends in `### new`; the completion is a program followed
+    by one `>>> f(...)` line per input (and, for a kind with a hint, the hint as a `# ` line).
     """
 
     name = "compact"
@@ -112,27 +105,24 @@ class CompactFormat:
         self.max_references = max_references
 
     def teacher_prompt(self, task_type: str, references: Sequence[TaskRecord]) -> str:
-        _check_type(task_type)
-        parts = [f"## propose {_COMPACT_HEAD[task_type]}"]
+        kind = get_kind(task_type)
+        parts = [f"## propose {kind.compact_head}"]
         for ref in list(references)[-self.max_references :] if self.max_references else []:
             parts.append("### ref")
             parts.append(ref.program.rstrip())
-            if task_type == "code_f":
-                parts.append(f"# {ref.message}" if ref.message else "#")
-            else:
-                parts.append(f">>> f({ref.inputs[0]})")
+            parts.append(kind.compact_reference(ref))
         parts.append("### new")
         return "\n".join(parts) + "\n"
 
     def proposal_completion(self, task: TaskRecord) -> str:
         lines = [task.program.rstrip()]
         lines += [f">>> f({x})" for x in task.inputs]
-        if task.type == "code_f":
+        if get_kind(task.type).hint:
             lines.append(f"# {task.message}")
         return "\n".join(lines)
 
     def parse_proposal(self, text: str, task_type: str) -> TaskRecord | None:
-        _check_type(task_type)
+        get_kind(task_type)  # an unknown type is an error
         lines = _cut_eos(text).strip("\n").split("\n")
         program: list[str] = []
         inputs: list[str] = []
@@ -151,23 +141,16 @@ class CompactFormat:
         return _proposal(task_type, "\n".join(program).rstrip(), inputs, message)
 
     def student_prompt(self, task: TaskRecord) -> str:
-        _check_type(task.type)
-        _need_outputs(task)
-        head = f"## {_COMPACT_HEAD[task.type]}\n"
-        if task.type == "code_o":
-            return f"{head}{task.program.rstrip()}\n>>> f({task.inputs[0]})\n"
-        if task.type == "code_i":
-            return f"{head}{task.program.rstrip()}\nf(?) == {task.outputs[0]}\n"
-        pairs = "".join(f">>> f({x})\n{y}\n" for x, y in shown_pairs(task))
-        return f"{head}# {task.message}\n{pairs}"
+        kind = _student_kind(task)
+        return f"## {kind.compact_head}\n{kind.compact_student(task)}"
 
     def answer_completion(self, task: TaskRecord, answer: str) -> str:
-        return answer.rstrip() if task.type == "code_f" else answer.strip()
+        return answer.rstrip() if get_kind(task.type).answer == "program" else answer.strip()
 
     def parse_answer(self, text: str, task_type: str) -> str | None:
-        _check_type(task_type)
+        kind = get_kind(task_type)
         body = _cut_eos(text)
-        if task_type == "code_f":
+        if kind.answer == "program":
             body = body.strip("\n").rstrip()
             return body if body.lstrip().startswith("def ") and "def f(" in body else None
         body = body.strip()
@@ -177,26 +160,20 @@ class CompactFormat:
 
 
 def _proposal(task_type: str, program: str, inputs: list[str], message: str) -> TaskRecord | None:
-    """Shape-check a parsed proposal: a program, and one input (code_o/i) or several (code_f)."""
+    """Shape-check a parsed proposal: a program, and as many inputs as its kind takes (the
+    kind's min_inputs, at most proposal_inputs: one for code_o/i, several for code_f)."""
     if not program.strip() or not inputs or any(not x for x in inputs):
         return None
-    if task_type == "code_f":
-        if len(inputs) < 2:
-            return None
-        inputs = inputs[:CODE_F_INPUTS]
-    else:
-        inputs = inputs[:1]
-    return TaskRecord(id="proposal", type=task_type, program=program, inputs=inputs, message=message if task_type == "code_f" else "")  # type: ignore[arg-type]
+    kind = get_kind(task_type)
+    if len(inputs) < kind.min_inputs:
+        return None
+    inputs = inputs[: kind.proposal_inputs]
+    return TaskRecord(id="proposal", type=task_type, program=program, inputs=inputs, message=message if kind.hint else "")
 
 
 # ---------------------------------------------------------------------------------------------
 # Instruction format (real models)
 
-_TASK_WORDS = {
-    "code_o": "predict the output of a Python function for a given input",
-    "code_i": "find an input for which a Python function returns a given output",
-    "code_f": "write a Python function from input/output examples and a hint",
-}
 _RULES = (
     "Rules for the program: define a function named `f` (helper functions may be nested inside it); "
     "it must be deterministic (no randomness, time, files, network or imports of os, sys, random, time, "
@@ -251,33 +228,25 @@ class InstructFormat:
     def _answer_prefill(self, task_type: str) -> str:
         if not self.direct:
             return ""
-        return "<answer>\n```python\ndef f(" if task_type == "code_f" else "<answer>"
+        return "<answer>\n```python\ndef f(" if get_kind(task_type).answer == "program" else "<answer>"
 
     def _proposal_prefill(self) -> str:
         return "<program>\n```python\ndef f(" if self.direct else ""
 
     def teacher_prompt(self, task_type: str, references: Sequence[TaskRecord]) -> str:
-        _check_type(task_type)
+        kind = get_kind(task_type)
         lines = [
-            f"You are a teacher. Design a new task in which a student must {_TASK_WORDS[task_type]}. "
+            f"You are a teacher. Design a new task in which a student must {kind.description}. "
             "The task should be hard for a strong student but solvable.",
             "",
             f"Here are {len(references)} reference tasks; yours must be different:",
         ]
         for i, ref in enumerate(references, 1):
             lines += ["", f"Reference {i}:", "```python", ref.program.rstrip(), "```"]
-            if task_type == "code_f" and ref.message:
-                lines.append(f"Hint: {ref.message}")
+            lines += kind.instruct_reference(ref)
             lines.append(f"Input: {ref.inputs[0]}")
         lines += ["", _RULES, ""]
-        if task_type == "code_f":
-            want = (
-                f"{CODE_F_INPUTS} different inputs, each an argument list in its own <input></input> tag, "
-                "and a short hint about what the function does in <message></message> "
-                "(the student sees half of the input/output pairs and the hint)"
-            )
-        else:
-            want = "one input (an argument list, as in f(<input>)) in <input></input>"
+        want = kind.instruct_want()
         if self.direct:
             lines.append(f"Give the program in <program></program> (a ```python block inside) and {want}. No explanation.")
         else:
@@ -290,12 +259,12 @@ class InstructFormat:
     def proposal_completion(self, task: TaskRecord) -> str:
         parts = [f"<program>\n```python\n{task.program.rstrip()}\n```\n</program>"]
         parts += [f"<input>{x}</input>" for x in task.inputs]
-        if task.type == "code_f":
+        if get_kind(task.type).hint:
             parts.append(f"<message>{task.message}</message>")
         return _after_prefill("\n".join(parts), self._proposal_prefill())
 
     def parse_proposal(self, text: str, task_type: str) -> TaskRecord | None:
-        _check_type(task_type)
+        get_kind(task_type)  # an unknown type is an error
         text = self._proposal_prefill() + text
         program = _last_tag(text, "program")
         if program is None and self.direct and "</program>" not in text:
@@ -316,51 +285,29 @@ class InstructFormat:
         return _proposal(task_type, _strip_fence(program), inputs, message.strip())
 
     def student_prompt(self, task: TaskRecord) -> str:
-        _check_type(task.type)
-        _need_outputs(task)
-        if task.type == "code_o":
-            body = [
-                "Predict the output of this Python function for the given input.",
-                "```python", task.program.rstrip(), "```",
-                f"Input: f({task.inputs[0]})",
-                "Reason step by step, then give the output as a Python literal in <answer></answer>.",
-            ]
-        elif task.type == "code_i":
-            body = [
-                "Find an input for which this Python function returns the given output.",
-                "```python", task.program.rstrip(), "```",
-                f"Output: {task.outputs[0]}",
-                "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>.",
-            ]
-        else:
-            pairs = [f"f({x}) == {y}" for x, y in shown_pairs(task)]
-            body = [
-                "Write a Python function `f` that matches these examples (it is also checked on hidden ones).",
-                f"Hint: {task.message}" if task.message else "",
-                *pairs,
-                "Reason step by step, then give the complete program in <answer></answer> (a ```python block inside is fine).",
-            ]
+        kind = _student_kind(task)
+        body = kind.instruct_student(task)
         if self.direct:
-            body[-1] = _DIRECT_ASK[task.type]
+            body[-1] = kind.direct_ask
         return self._render("\n".join(line for line in body if line), self._answer_prefill(task.type))
 
     def answer_completion(self, task: TaskRecord, answer: str) -> str:
-        if task.type == "code_f":
+        if get_kind(task.type).answer == "program":
             text = f"<answer>\n```python\n{answer.rstrip()}\n```\n</answer>"
         else:
             text = f"<answer>{answer.strip()}</answer>"
         return _after_prefill(text, self._answer_prefill(task.type))
 
     def parse_answer(self, text: str, task_type: str) -> str | None:
-        _check_type(task_type)
+        form = get_kind(task_type).answer
         text = self._answer_prefill(task_type) + text
         found = _last_tag(text, "answer")
         if found is None and self.direct and "</answer>" not in text:
-            found = _unclosed_answer(text, task_type)
+            found = _unclosed_answer(text, form)
         if found is None:
             return None
         answer = _strip_fence(found)
-        if task_type == "code_f":
+        if form == "program":
             return answer if "def f(" in answer else None
         return answer or None
 
@@ -372,34 +319,27 @@ def _after_prefill(completion: str, prefill: str) -> str:
     return completion[len(prefill):]
 
 
-_DIRECT_ASK = {
-    "code_o": "Reply with only the output, as a Python literal, in <answer></answer>. No explanation.",
-    "code_i": "Reply with only the argument list (what goes inside f(...)) in <answer></answer>. No explanation.",
-    "code_f": "Reply with only the program in <answer></answer>, as a ```python block. No explanation.",
-}
-
-
-def _unclosed_answer(text: str, task_type: str) -> str | None:
+def _unclosed_answer(text: str, form: AnswerForm) -> str | None:
     """The answer of a direct-style completion the model ended without `</answer>`.
 
-    What SmolLM2-135M really writes (tests/data/smollm2/): for code_f, the program and then
-    example calls or commentary, with or without the closing fence, so the program is the
-    leading `def f(` block; for code_o/code_i, the value on the first line, sometimes an
-    explanation below it. An answer must be valid Python where it will be used (an
+    What SmolLM2-135M really writes (tests/data/smollm2/): for a program (code_f), the program
+    and then example calls or commentary, with or without the closing fence, so the program
+    is the leading `def f(` block; for a value or an argument list (code_o/code_i), the value
+    on the first line, sometimes an explanation below it. An answer must be valid Python where it will be used (an
     expression, or an argument list); a first line that is not is no answer.
     """
     start = text.rfind("<answer>")
     if start < 0:
         return None
     body = text[start + len("<answer>"):]
-    if task_type == "code_f":
+    if form == "program":
         fenced = re.match(r"\s*```python\n(.*?)\n```", body, flags=re.S)
         program = fenced.group(1) if fenced else _leading_def(body.lstrip().removeprefix("```python\n"))
         return program if program and _compiles(program, "exec") else None
     line = body.strip().split("\n", 1)[0].strip()
     if not line:
         return None
-    return line if _compiles(line if task_type == "code_o" else f"f({line})", "eval") else None
+    return line if _compiles(line if form == "value" else f"f({line})", "eval") else None
 
 
 def _leading_def(text: str) -> str | None:

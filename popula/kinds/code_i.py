@@ -1,0 +1,32 @@
+"""code_i: find an input for which a program returns a given output (the answer is an argument list)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from popula.kinds.base import TaskKind
+
+if TYPE_CHECKING:
+    from popula.records import TaskRecord
+
+
+class CodeInput(TaskKind):
+    """The student sees the program and one output and answers an argument list giving it."""
+
+    name = "code_i"
+    description = "find an input for which a Python function returns a given output"
+    label = "code_i"
+    answer = "arguments"
+    compact_head = "input"
+    instruct_question = "Find an input for which this Python function returns the given output."
+    instruct_ask = "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>."
+    direct_ask = "Reply with only the argument list (what goes inside f(...)) in <answer></answer>. No explanation."
+
+    def compact_shown(self, task: TaskRecord) -> str:
+        return f"f(?) == {task.outputs[0]}"
+
+    def instruct_shown(self, task: TaskRecord) -> str:
+        return f"Output: {task.outputs[0]}"
+
+    def corpus_answer(self, task: TaskRecord) -> str:
+        return task.inputs[0]
