@@ -11,14 +11,14 @@ already finished or interrupted in OUT is resumed, not restarted). Then it score
 adapter and the bare base on one held-out set of generated tasks. The population's headline
 model is its best student by conservative TrueSkill rating (the one a user would pick without
 looking at held-out scores); the weakest live student is reported beside it. Differences
-between models are also measured task by task on the shared held-out set (`popula.paired`):
+between models are also measured task by task on the shared held-out set (`popula.eval.paired`):
 the mean per-task difference, its standard error over tasks and its spread over seeds.
 
 The held-out tasks come from the generator's held-out namespace at `--heldout-seed`, a stream
 that neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
 with the same generation settings (samples, temperature, max tokens), printed with the result.
 With `--trend N` every run also scores its live students on the same held-out tasks, with the
-same settings, every N steps while it trains (`heldout.every`, popula.run.heldout): the table
+same settings, every N steps while it trains (`heldout.every`, popula.eval.heldout): the table
 and `heldout_trend.png` then show when the held-out gain is made, not only where it ends.
 
 Writes OUT/<label>-s<seed>/ (the runs, with <label>-s<seed>.log beside them), OUT/heldout.jsonl,
@@ -44,11 +44,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.eval_target import best_student  # noqa: E402
+from popula.eval.paired import PairedDifference, paired_difference  # noqa: E402
 from popula.league import League  # noqa: E402
-from popula.paired import PairedDifference, paired_difference  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
+from popula.run.targets import best_student  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

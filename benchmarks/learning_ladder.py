@@ -39,13 +39,13 @@ configure_waits()  # before torch loads
 import numpy as np  # noqa: E402
 
 from popula.config import load_config  # noqa: E402
-from popula.eval_plot import pass_at_1_with_error  # noqa: E402
-from popula.eval_target import evaluate_target  # noqa: E402
-from popula.evaluate import EvalSettings  # noqa: E402
+from popula.eval.evaluate import EvalSettings  # noqa: E402
+from popula.eval.paired import paired_difference  # noqa: E402
+from popula.eval.plots import pass_at_1_with_error  # noqa: E402
 from popula.model.base import resolve_base_model  # noqa: E402
-from popula.paired import paired_difference  # noqa: E402
 from popula.run.builders import build_engine, build_sandbox, runtime_of  # noqa: E402
 from popula.run.ladder import Ladder  # noqa: E402
+from popula.run.targets import evaluate_target  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ HELDOUT = EvalSettings(samples=4, temperature=0.8, max_tokens=96)  # as benchmar
 
 def _heldout(base_model: str, tasks: Path, adapter: str | None, reports: dict[str, dict], label: str) -> dict:
     """pass@1 (with its standard error over tasks) and pass@k of the base, or of the base with
-    `adapter`; the report goes to `reports[label]` for paired comparisons (`popula.paired`)."""
+    `adapter`; the report goes to `reports[label]` for paired comparisons (`popula.eval.paired`)."""
     report = reports[label] = evaluate_target(base_model, tasks, adapter=adapter, settings=HELDOUT).to_json()
     pass1, se = pass_at_1_with_error(report, "overall")
     return {"pass_at_1": pass1, "pass_at_k": report["overall"]["pass_at_k"], "tasks": len(report["per_task"]), "se": se}

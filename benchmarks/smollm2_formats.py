@@ -30,7 +30,7 @@ from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
 
-from popula.evaluate import encode_prompt, pass_at_k  # noqa: E402
+from popula.eval.evaluate import encode_prompt, pass_at_k  # noqa: E402
 from popula.records import TASK_TYPES, TaskRecord, parse_record  # noqa: E402
 from popula.tasks.prompts import prompt_format, stop_token_ids  # noqa: E402
 
@@ -106,7 +106,7 @@ def score(rows: list[dict], workers: int) -> dict:
             task = parse_record(r["task"], "recorded task")
             tasks.append(task)
             answers.append([fmt.parse_answer(t, task.type) for t in r["texts"]])
-        from popula.evaluate import judge
+        from popula.eval.evaluate import judge
 
         correct = judge(tasks, answers, sandbox) if tasks else []
         by = defaultdict(lambda: {"tasks": 0, "samples": 0, "parsed": 0, "pass1": 0.0})

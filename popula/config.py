@@ -241,7 +241,7 @@ class RunConfig(_Section):
 
 
 class HeldoutSection(_Section):
-    """A held-out pass@k trend while the run trains (popula.run.heldout): every `every` steps, and
+    """A held-out pass@k trend while the run trains (popula.eval.heldout): every `every` steps, and
     at the last, each live student answers one fixed set of generated tasks that training never
     sees. Off by default: 300 tasks x 4 samples cost about 12 s a student on 2 cores. The
     defaults are `benchmarks/learning.py`'s held-out set and settings, so the trend ends on the

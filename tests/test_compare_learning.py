@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from popula.evaluate import TaskScore
+from popula.eval.evaluate import TaskScore
 from popula.league import League
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Specification of `popula eval` and `popula.evaluate`.
+"""Specification of `popula eval` and `popula.eval.evaluate`.
 
 pass@k is the unbiased estimator; the sandbox decides what is correct; tasks without
 outputs get them (invalid ones are skipped and counted); a real model that knows an
@@ -28,15 +28,15 @@ from conftest import memorising_base
 from popula.adapters import AdapterStore
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.eval_population import MemberEval, population_report
-from popula.eval_target import run_adapter
-from popula.evaluate import (EvalReport, EvalSettings, TaskScore, encode_prompt, evaluate, evaluate_adapters, judge,
-                             pass_at_k, prepare_tasks, summarize)
+from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, encode_prompt, evaluate, evaluate_adapters,
+                                  judge, pass_at_k, prepare_tasks, summarize)
+from popula.eval.population import MemberEval, population_report
 from popula.league import League
 from popula.league.ratings import rank_correlation
 from popula.lora import peft_key
 from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
+from popula.run.targets import run_adapter
 from popula.sandbox import Sandbox
 from popula.tasks.prompts import CompactFormat
 
@@ -363,7 +363,7 @@ def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
 @pytest.mark.vllm
 def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_path):
     pytest.importorskip("vllm")
-    from popula.eval_target import evaluate_target
+    from popula.run.targets import evaluate_target
 
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     via = {kind: evaluate_target(str(run_dir), tasks, engine=kind, workers=1) for kind in ("torch", "vllm")}
@@ -573,7 +573,7 @@ def test_pick_needs_a_run_dir_and_excludes_adapter(base_dir, run_dir, tmp_path, 
 
 
 def test_a_population_report_is_refused_by_the_eval_figure_naming_the_way_to_one_member(tmp_path):
-    from popula.eval_plot import read_report
+    from popula.eval.plots import read_report
 
     path = tmp_path / "pop.json"
     path.write_text(json.dumps({"kind": "population", "members": [{"member": "S0"}, {"member": "S1"}]}))

@@ -7,8 +7,8 @@ from dataclasses import asdict
 import pytest
 
 from popula.errors import PopulaError
-from popula.evaluate import TaskScore
-from popula.paired import paired_difference, per_task_pass1, per_task_pass_at_k
+from popula.eval.evaluate import TaskScore
+from popula.eval.paired import paired_difference, per_task_pass1, per_task_pass_at_k
 
 
 def report(correct: dict[str, int], samples: int = 4) -> dict:

@@ -61,7 +61,7 @@ def test_reports_measured_differently_are_refused_naming_the_difference(tmp_path
 
 
 def test_standard_error_is_over_tasks_of_the_group():
-    from popula.eval_plot import pass_at_1_with_error
+    from popula.eval.plots import pass_at_1_with_error
 
     report = json.loads(json.dumps(dict(overall=dict(pass_at_1=0.5), by_type={"code_o": dict(pass_at_1=0.5)},
                                         per_task=[dict(id="a", type="code_o", samples=4, correct=0),

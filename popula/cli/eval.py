@@ -3,8 +3,8 @@
 Generates answers to task records, judges them in the sandbox, and prints pass@1 and pass@K
 per task type (a table, or one JSON object with --json). A run directory means its
 population: every live student, their mean, weakest and strongest, and the one the rating
-would pick (`popula.eval_population`); `--adapter NAME` or `--pick rating` scores one
-adapter as a model is scored (one report, `popula.evaluate.EvalReport`).
+would pick (`popula.eval.population`); `--adapter NAME` or `--pick rating` scores one
+adapter as a model is scored (one report, `popula.eval.evaluate.EvalReport`).
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
-    from popula.eval_population import format_population
-    from popula.eval_target import best_student, evaluate_population, evaluate_target, is_run_dir
-    from popula.evaluate import EvalSettings, format_report
     from popula.errors import PopulaError
+    from popula.eval.evaluate import EvalSettings, format_report
+    from popula.eval.population import format_population
+    from popula.run.targets import best_student, evaluate_population, evaluate_target, is_run_dir
 
     settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                             max_tokens=args.max_tokens, seed=args.seed)

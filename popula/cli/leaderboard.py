@@ -1,6 +1,6 @@
 """`popula leaderboard RUN_DIR [--json] [--plot FILE.png]`: the league's standings.
 
-When the run probes held-out tasks (`heldout.every`, popula/run/heldout.py), each member's
+When the run probes held-out tasks (`heldout.every`, popula/eval/heldout.py), each member's
 latest held-out pass@1 from metrics.jsonl stands beside its rating, with the rank correlation
 of conservative rating and held-out pass@1 among the live students that have one.
 """

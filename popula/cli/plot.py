@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise PopulaError("--eval: each report needs its own LABEL (two share one)")
     out = args.out or (args.run_dirs[0] / "plots" if args.run_dirs else Path("plots"))
     # deferred: matplotlib loads only when a plot is asked for
-    from popula.eval_plot import plot_reports
+    from popula.eval.plots import plot_reports
     from popula.run.plots import plot_runs
 
     if args.run_dirs:

@@ -24,7 +24,7 @@ from typing import Any
 
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.evaluate import EvalSettings, evaluate
+from popula.eval.evaluate import EvalSettings, evaluate
 from popula.model import coldstart, registry
 from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.recipe import TinyRecipe

@@ -29,7 +29,7 @@ import numpy as np
 from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest
-from popula.evaluate import encode_prompt
+from popula.eval.evaluate import encode_prompt
 from popula.learner import Rollout
 from popula.records import TaskRecord
 from popula.rewards import solve_rate, student_reward, teacher_reward

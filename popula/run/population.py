@@ -28,15 +28,16 @@ from evolution import make_child, plan_replacements
 from popula.adapters import AdapterRef, AdapterStore, base_lora_shapes
 from popula.config import Config
 from popula.errors import PopulaError
+from popula.eval.heldout import HeldoutProbe
 from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
 from popula.run.builders import context_of
 from popula.run.checkpoint import Checkpoints
-from popula.run.heldout import HeldoutProbe
 from popula.run.metrics import MetricsLog, summary_line
 from popula.run.ratchet import DepthRatchet
+from popula.run.retention import record_early_rewards
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
@@ -255,7 +256,8 @@ class PopulationRun:
         records = [self.league.record_match(step, match.teacher, match.student, match_results(game, match))
                    for match in matches]
         self.league.end_step(step)
-        retention = self._record_retention(step, game)
+        retention = ([] if self.evolution is None
+                     else record_early_rewards(self.league, game, step, self.evolution.min_age))
         self._add_to_buffer(step, game)
         evolved = self._evolve(step)
         self.league.save(self.run_dir / "league.json")
@@ -277,31 +279,6 @@ class PopulationRun:
             return None
         students = {m.name: self.store.latest(self.roster.adapter_of[m.name]) for m in self.league.alive("student")}
         return self.heldout.score(students, best=self.league.ranked("student")[0].name)
-
-    def _record_retention(self, step: int, game: StepGame) -> list[dict[str, Any]]:
-        """Each young evolved child's mean reward this step beside its alive parents' (in-run retention).
-
-        Young: not yet ready to be replaced (age < evolution.min_age). The figures go to the
-        metrics row and to the child's `early_rewards` in league.json.
-        """
-        if self.evolution is None:
-            return []
-        rewards: dict[str, list[float]] = {}
-        for p in game.proposals:
-            rewards.setdefault(p.teacher, []).append(p.reward)
-        for a in game.attempts:
-            rewards.setdefault(a.student, []).append(a.reward)
-        mean = {m: float(np.mean(r)) for m, r in rewards.items()}
-        out = []
-        for member in self.league.members.values():
-            if not member.alive or not member.parents or member.age(step) > self.evolution.min_age:
-                continue
-            parents = [mean[p] for p in member.parents if p in mean]
-            entry = (step, mean.get(member.name), float(np.mean(parents)) if parents else None)
-            member.early_rewards.append(entry)
-            out.append({"member": member.name, "age": member.age(step), "reward": entry[1],
-                        "parents_reward": entry[2]})
-        return out
 
     def _publish(self, adapter: str) -> AdapterRef:
         """Save the learner's weights of `adapter` as a new version; an engine sharing the

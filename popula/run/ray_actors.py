@@ -3,8 +3,8 @@
 Each actor builds its part with the run's own builders (`popula/run/builders.py`), from the
 run's config, so an actor's engine, sandbox pool or learner is the one a local run would
 build. This module is what an actor process imports: it loads no torch itself (a sandbox
-actor never needs it). The driver-side proxies, placement and start-up are
-`popula/run/ray_workers.py`.
+actor never needs it). The driver-side proxies and start-up are `popula/run/ray_workers.py`,
+placement `popula/run/ray_placement.py`.
 
 No shared file system is assumed. Adapter versions live on the driver's disk (AdapterStore);
 the engine proxy ships each version's files (adapter_config.json + adapter_model.safetensors)

@@ -11,8 +11,10 @@ path. What changes is where the work happens:
 - One learner actor (`learner_gpus`/`learner_cpus`) holds every adapter's weights and AdamW state.
   Its proxy's methods are plain forwarding, built from the `Learner` Protocol by `forward`.
 
-The actors themselves, and how adapter and base files reach them without a shared file
-system, are `popula/run/ray_actors.py`; every actor builds its part with the run's builders.
+`build_ray` starts the actors inside the run's reservation (`popula.run.ray_placement`, on the
+cluster of `popula.run.ray_cluster`) and hands back the proxies. The actors themselves, and how
+adapter and base files reach them without a shared file system, are `popula/run/ray_actors.py`;
+every actor builds its part with the run's builders.
 
 Faults: engine and sandbox actors are created with `max_restarts` and `max_task_retries`, so
 when one dies Ray restarts it (re-running its constructor) and re-submits the call in flight.
@@ -23,31 +25,16 @@ record, so a redone call returns what the first attempt would have.
 The learner actor is NOT restarted: its optimiser moments live only in it, and a fresh one
 would silently train from step-0 weights. Its death raises a PopulaError telling the user to
 `popula run ... --resume` from the last checkpoint (which holds the whole learner state).
-
-Placement: Ray keeps an actor it cannot place pending forever, without a word, so the run
-decides placement itself before any actor exists. `actor_asks` lists what each actor asks for
-(`ray.*_cpus` left at None fit a local cluster: its CPUs shared among the actors, at most one
-each; the actors take turns within a step, so a fraction of a CPU costs no speed). An ask that
-can never fit the cluster (more than its total, or more than any node has) is refused at once;
-otherwise all actors are reserved together as one placement group, and a reservation still
-pending after `ray.pending_timeout_s` is refused the same way: exit 2, naming each actor's ask
-and the cluster's resources. Actors are owned by the driver: when it exits (Ctrl-C, SIGTERM,
-an error) they go with it, and a local cluster it started is shut down.
+Actors are owned by the driver: when it exits (Ctrl-C, SIGTERM, an error) they go with it.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import os
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, ParamSpec, Sequence, TypeVar
-
-import psutil
 
 from popula.config import Config
 from popula.engines.base import GenerationRequest, GenerationResult
@@ -55,6 +42,7 @@ from popula.errors import PopulaError
 from popula.learner.protocol import Learner
 from popula.records import TaskRecord, VerifyResult
 from popula.run.ray_actors import EngineActor, LearnerActor, SandboxActor, directory_bundle
+from popula.run.ray_placement import RayReservation, reserve
 from popula.runtime import Runtime
 
 BASE_SHIP_LIMIT = 4 << 30  # a base directory above this is not pushed through the object store
@@ -259,81 +247,7 @@ def _close(actors: list[Any]) -> None:
             ray.kill(a)
 
 
-# -- building ------------------------------------------------------------------------------------------------
-
-def connect(cfg: Config) -> LocalCluster | None:
-    """Join the configured cluster, or start a local one; a driver already connected is left as it is.
-
-    Returns the local cluster when this call started one (its size and its end are then the run's)."""
-    try:
-        import ray
-    except ImportError:
-        raise PopulaError("ray.enabled / --ray: the `ray` package is not installed (pip install 'ray==2.60.0')") from None
-
-    if ray.is_initialized():
-        return None
-    r = cfg.ray
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
-    local = r.address is None and "RAY_ADDRESS" not in os.environ
-    if local:
-        # A local cluster this run starts (and owns): sized by the config, not by Ray's guesses.
-        if r.num_cpus is not None:
-            kwargs["num_cpus"] = r.num_cpus
-        if r.object_store_mb is not None:
-            kwargs["object_store_memory"] = r.object_store_mb << 20
-    before = {p.pid for p in psutil.Process().children()} if local else set()
-    try:
-        ray.init(address=r.address, **kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise PopulaError(f"ray.address={r.address!r}: cannot connect to a Ray cluster ({err}); start one with "
-                          "`ray start --head` or leave ray.address empty to start a local one") from err
-    if not local:
-        return None
-    return LocalCluster([p for p in psutil.Process().children() if p.pid not in before])
-
-
-class LocalCluster:
-    """A Ray cluster this driver started: its head processes (GCS, raylet, ...) are the driver's
-    own children, and everything Ray starts later (agents, workers) descends from them.
-
-    `shutdown` stops it through Ray, then kills whatever of that tree is still alive after a
-    grace period. Ray alone leaves the raylet's dashboard and runtime-env agents to notice their
-    parent is gone by polling, which on a loaded machine takes longer than a user waits for a
-    stopped run to be gone."""
-
-    GRACE_S = 10.0
-
-    def __init__(self, head: list[psutil.Process]) -> None:
-        self.head = head
-        # ray.init installs a native SIGTERM handler that kills the driver on the spot, so no
-        # `finally` would shut the cluster down; raising SystemExit instead unwinds the run.
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _exit_on_sigterm)
-
-    def shutdown(self) -> None:
-        import ray
-
-        tree = list(self.head)
-        for proc in self.head:
-            try:
-                tree.extend(proc.children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-        try:
-            ray.shutdown(wait_for_processes=True)
-        finally:
-            _, alive = psutil.wait_procs(tree, timeout=self.GRACE_S)
-            for proc in alive:
-                try:
-                    proc.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(alive, timeout=self.GRACE_S)
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
+# -- starting the actors ------------------------------------------------------------------------------------
 
 def actor_runtime(cfg: Config, gpus: float) -> Runtime:
     """Device and dtype of an engine or learner actor: cuda when Ray gives it GPUs, else cpu;
@@ -344,118 +258,6 @@ def actor_runtime(cfg: Config, gpus: float) -> Runtime:
     if dtype == "auto":
         dtype = "bfloat16" if gpus > 0 else "float32"
     return Runtime(device=device, dtype=dtype)
-
-
-@dataclass(frozen=True)
-class Ask:
-    """What one actor asks Ray for."""
-
-    actor: str  # "engine 0", "sandbox 1", "learner"
-    cpus: float
-    gpus: float
-
-    @property
-    def bundle(self) -> dict[str, float]:
-        return {k: v for k, v in (("CPU", self.cpus), ("GPU", self.gpus)) if v > 0}
-
-    def __str__(self) -> str:
-        return f"{self.actor}: {_amount(self.bundle)}"
-
-
-def _amount(resources: Mapping[str, float]) -> str:
-    parts = [f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU") if resources.get(k, 0) or k == "CPU"]
-    return ", ".join(parts)
-
-
-def actor_asks(cfg: Config, local_cpus: float | None) -> list[Ask]:
-    """Each actor's ask. `local_cpus`: the CPUs of a local cluster this run started (None: a
-    joined cluster). A `*_cpus` of None fits: on a local cluster every actor gets an equal share
-    of its CPUs, at most 1 (floored to 0.01 so the sum never exceeds them); elsewhere 1."""
-    r = cfg.ray
-    n = r.engines + r.sandbox_actors + 1
-    fit = 1.0 if local_cpus is None else min(1.0, math.floor(local_cpus / n * 100) / 100)
-
-    def cpus(value: float | None) -> float:
-        return fit if value is None else value
-
-    return ([Ask(f"engine {i}", cpus(r.engine_cpus), r.engine_gpus) for i in range(r.engines)]
-            + [Ask(f"sandbox {i}", cpus(r.sandbox_cpus), 0.0) for i in range(r.sandbox_actors)]
-            + [Ask("learner", cpus(r.learner_cpus), r.learner_gpus)])
-
-
-def _cluster_nodes() -> list[dict[str, float]]:
-    import ray
-
-    return [{"CPU": float(n["Resources"].get("CPU", 0)), "GPU": float(n["Resources"].get("GPU", 0)),
-             "address": n.get("NodeManagerAddress", "?")} for n in ray.nodes() if n.get("Alive")]
-
-
-def describe_cluster(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, float] | None = None) -> str:
-    total = {k: sum(float(n[k]) for n in nodes) for k in ("CPU", "GPU")}
-    text = f"the cluster has {_amount(total)} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
-    if len(nodes) > 1:
-        text += " (" + "; ".join(f"{n['address']}: {_amount(n)}" for n in nodes) + ")"
-    if available is not None:
-        text += f", of which {_amount(available)} free now"
-    return text
-
-
-def unplaceable(asks: Sequence[Ask], nodes: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why `asks` can never be placed on `nodes` (None if they might): the sum of a resource
-    above the cluster's total, or one actor larger than every node. Only certain refusals:
-    anything subtler is left to the placement group and its timeout."""
-    tol = 1e-6
-    for key in ("CPU", "GPU"):
-        want = sum(a.bundle.get(key, 0.0) for a in asks)
-        have = sum(float(n[key]) for n in nodes)
-        if want > have + tol:
-            return f"together they ask {want:g} {key}, more than the cluster's {have:g}"
-    for a in asks:
-        if not any(all(v <= float(n[k]) + tol for k, v in a.bundle.items()) for n in nodes):
-            return f"no node has the {_amount(a.bundle)} that {a.actor} asks for"
-    return None
-
-
-def _refusal(asks: Sequence[Ask], why: str, nodes: Sequence[Mapping[str, Any]],
-             available: Mapping[str, float] | None = None) -> PopulaError:
-    return PopulaError(
-        f"the Ray actors cannot be placed: {why}. Each actor asks {'; '.join(map(str, asks))}, and "
-        f"{describe_cluster(nodes, available)}. Ask for less: lower ray.engine_cpus / ray.sandbox_cpus / "
-        "ray.learner_cpus (fractions such as 0.5 are fine: the actors take turns within a step; leave them "
-        "out to fit a local cluster) or the *_gpus, use fewer ray.engines / ray.sandbox_actors, or give the "
-        "cluster more (ray.num_cpus for a local one, more nodes for a joined one)")
-
-
-def place(cfg: Config, asks: Sequence[Ask], log: Callable[[str], None] = print) -> Any:
-    """Reserve every actor's ask as one placement group, or raise the refusal (module doc).
-
-    Returns the ready placement group (None when no actor asks for anything)."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-
-    nodes = _cluster_nodes()
-    if (why := unplaceable(asks, nodes)) is not None:
-        raise _refusal(asks, why, nodes)
-    bundles = [a.bundle for a in asks if a.bundle]
-    if not bundles:
-        return None
-    group = placement_group(bundles, strategy="SPREAD" if cfg.ray.strategy == "SPREAD" else "PACK")
-    timeout = cfg.ray.pending_timeout_s
-    start = time.monotonic()
-    while True:
-        waited = time.monotonic() - start
-        ready, _ = ray.wait([group.ready()], timeout=min(10.0, max(0.0, timeout - waited)))
-        if ready:
-            return group
-        waited = time.monotonic() - start
-        available = {k: float(v) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
-        if waited >= timeout:
-            remove_placement_group(group)
-            raise _refusal(asks, f"the cluster did not place them within ray.pending_timeout_s={timeout:g} s "
-                                 "(other work holds its resources, or its nodes cannot take these asks)",
-                           _cluster_nodes(), available)
-        log(f"popula run: waiting {waited:.0f} s (of ray.pending_timeout_s={timeout:g}) for Ray to place the "
-            f"actors ({'; '.join(map(str, asks))}); {describe_cluster(nodes, available)}")
 
 
 def _wait_started(named: Mapping[str, Any], log: Callable[[str], None]) -> None:
@@ -474,44 +276,6 @@ def _wait_started(named: Mapping[str, Any], log: Callable[[str], None]) -> None:
         if pending:
             log(f"popula run: {time.monotonic() - start:.0f} s, still starting (loading the base model): "
                 f"{', '.join(sorted(pending.values()))}")
-
-
-@dataclass
-class RayReservation:
-    """The run's placement group and the asks it holds; removing it frees the cluster's resources.
-
-    `cluster`: the local cluster this run started, so releasing also shuts it down, here and
-    waiting for its processes, rather than in Ray's atexit hook, which a second Ctrl-C
-    interrupts half-way and leaves the raylet's agents orphaned."""
-
-    group: Any
-    asks: list[Ask]
-    cluster: LocalCluster | None = None
-
-    def release(self) -> None:
-        if self.group is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            group, self.group = self.group, None
-            try:
-                remove_placement_group(group)
-            except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to free
-                pass
-        if self.cluster is not None:
-            cluster, self.cluster = self.cluster, None
-            cluster.shutdown()
-
-
-def reserve(cfg: Config, log: Callable[[str], None] = print) -> RayReservation:
-    """Connect (or start a local cluster) and reserve every actor's ask, or raise the refusal.
-
-    Cheap (seconds) and creates no actor: `popula run` calls it before touching the run
-    directory, so a run the cluster cannot take leaves nothing behind."""
-    import ray
-
-    cluster = connect(cfg)
-    asks = actor_asks(cfg, float(ray.cluster_resources().get("CPU", 0)) if cluster is not None else None)
-    return RayReservation(place(cfg, asks, log), asks, cluster=cluster)
 
 
 def build_ray(cfg: Config, base_path: str | Path, n_adapters: int, reservation: RayReservation | None = None,

@@ -21,7 +21,7 @@ from popula.adapters import AdapterRef
 from popula.complexity import written_multiline
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest, Sample
-from popula.evaluate import encode_prompt
+from popula.eval.evaluate import encode_prompt
 from popula.league import Match, TaskResult
 from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult

@@ -84,6 +84,6 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "learner": learn,
     }
-    if heldout is not None:  # only on the steps the held-out probe ran (popula.run.heldout)
+    if heldout is not None:  # only on the steps the held-out probe ran (popula.eval.heldout)
         row["heldout"] = heldout
     return row

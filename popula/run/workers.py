@@ -21,7 +21,8 @@ from popula.engines.shared import Sharing, SharingEngine
 from popula.errors import PopulaError
 from popula.learner.protocol import Learner
 from popula.run.builders import build_engine, build_learner, build_sandbox, n_adapters, runtime_of
-from popula.run.ray_workers import RayReservation, build_ray as start_actors, reserve
+from popula.run.ray_placement import RayReservation, reserve
+from popula.run.ray_workers import build_ray as start_actors
 from popula.runtime import Runtime
 from popula.sandbox.protocol import SandboxPool
 

@@ -2,7 +2,7 @@
 
 PopuLoRA reports a population as its mean and its weakest member, not a hand-picked best;
 and a run's rating need not order its students by what they can do on held-out tasks. So
-the report holds every live student's own evaluation (`popula.evaluate.EvalReport`, all
+the report holds every live student's own evaluation (`popula.eval.evaluate.EvalReport`, all
 measured with the same tasks, settings and per-task seeds), and beside them:
 
 - `mean`: pass@1, pass@k and answered rate averaged over the members (overall, per type);
@@ -12,7 +12,7 @@ measured with the same tasks, settings and per-task seeds), and beside them:
   the one `popula eval RUN_DIR --pick rating` scores alone;
 - `rating_spearman`: the rank correlation of conservative rating and pass@1 among the
   members (with 3 or more, else None);
-- paired differences task by task (`popula.paired`): each member minus the population
+- paired differences task by task (`popula.eval.paired`): each member minus the population
   mean, the rating pick minus the mean, and the strongest minus the weakest. The last is
   the largest of several differences, chosen after looking, so its standard error
   understates how far it could be noise; the rating pick was chosen before any scoring.
@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from popula.errors import PopulaError
-from popula.evaluate import EvalReport, GroupScore
+from popula.eval.evaluate import EvalReport, GroupScore
+from popula.eval.paired import PairedDifference, paired_difference
 from popula.league.ratings import rank_correlation
-from popula.paired import PairedDifference, paired_difference
 
 MIN_FOR_SPEARMAN = 3  # a rank correlation of two members is +1 or -1 and says nothing
 
@@ -112,7 +112,7 @@ def _mean_group(groups: Sequence[GroupScore]) -> GroupScore:
 
 
 def _counts(report: EvalReport) -> dict[str, Any]:
-    """The dict `popula.paired` reads: per-task counts."""
+    """The dict `popula.eval.paired` reads: per-task counts."""
     return {"model": report.model, "adapter": report.adapter, "k": report.k,
             "per_task": [asdict(t) for t in report.per_task]}
 

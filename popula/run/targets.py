@@ -1,14 +1,15 @@
 """What `popula eval RUN_DIR|MODEL` means: which base, engine and adapter(s) a run directory or
 a model spec names, and the whole command as functions: `evaluate_target` scores one model
 (an adapter, or a bare base), `evaluate_population` every live student of a run in one
-engine session (`popula.eval_population` summarises them).
+engine session (`popula.eval.population` summarises them).
 
     report = evaluate_target("runs/a", "tasks.jsonl", adapter="S1", settings=EvalSettings(samples=4))
     population = evaluate_population("runs/a", "tasks.jsonl", settings=EvalSettings(samples=4))
 
-The evaluation itself (generate, judge, pass@k) is `popula.evaluate`, which the run loop
-also uses; this module sits above the run's builders (`popula.run.workers`), the league
-and the run directory, so that `popula.evaluate` need not import them.
+The evaluation itself (generate, judge, pass@k) is `popula.eval`, which the run loop also
+uses; this module lives in the run package because it needs the run's builders
+(`popula.run.builders`), the league and the run directory, so that `popula.eval` need not
+import them.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any, Callable
 from popula.adapters import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
 from popula.config import Config, RuntimeSection, load_config
 from popula.errors import PopulaError
-from popula.eval_population import MemberEval, PopulationReport, population_report
-from popula.evaluate import EvalReport, EvalSettings, context_limit, evaluate, evaluate_adapters
+from popula.eval.evaluate import EvalReport, EvalSettings, context_limit, evaluate, evaluate_adapters
+from popula.eval.population import MemberEval, PopulationReport, population_report
 from popula.league import League, Member
 from popula.model.base import resolve_base_model
 from popula.run.rundir import member_adapter
