@@ -15,8 +15,8 @@ import pytest
 from popula.cli import main
 from popula.config import TasksConfig
 from popula.errors import PopulaError
-from popula.eval_plot import groups, plot_reports
-from popula.evaluate import TaskScore, summarize
+from popula.eval.plots import groups, plot_reports
+from popula.eval.evaluate import TaskScore, summarize
 from popula.kinds import register, unregister
 from popula.model.corpus import ExampleSampler, as_type
 from popula.records import parse_record, read_records
