@@ -6,7 +6,8 @@ Importing this package loads no engine (the config imports the registry to check
 """
 
 from popula.engines.base import Engine, GenerationRequest, GenerationResult, Sample
-from popula.engines.registry import ENGINES, EngineArgs, EngineSpec, create_engine, engine_spec
+from popula.engines.args import EngineArgs
+from popula.engines.registry import ENGINES, EngineSpec, create_engine, engine_spec
 from popula.engines.shared import SharedWeights, Sharing, SharingEngine
 
 __all__ = ["ENGINES", "Engine", "EngineArgs", "EngineSpec", "GenerationRequest", "GenerationResult", "Sample",

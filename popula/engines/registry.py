@@ -18,15 +18,11 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from popula.engines.base import Engine
 from popula.errors import PopulaError
 
-if TYPE_CHECKING:  # only for annotations: the config imports this module
-    from popula.config import Config
-    from popula.engines.shared import SharedWeights
-    from popula.runtime import Runtime
 
 
 class EngineFactory(Protocol):
@@ -35,19 +31,6 @@ class EngineFactory(Protocol):
 
     def __call__(self, base_path: str | os.PathLike, *, max_adapters: int, max_rank: int, seed: int = 0,
                  **options: Any) -> Engine: ...
-
-
-@dataclass(frozen=True)
-class EngineArgs:
-    """What a config asks of an engine beyond its slots: an engine's `config_options` turns it
-    into its constructor's options (each engine reads the settings it has, ignores the rest)."""
-
-    cfg: Config
-    base_path: str | os.PathLike
-    runtime: Runtime | None  # device and dtype of engine and learner; None: the engine's defaults
-    target_modules: Sequence[str] | None = None  # None: the config's `lora.target_modules`
-    max_model_len: int | None = None  # for an engine with `EngineSpec.context`; None: its default
-    shared: SharedWeights | None = None  # a learner whose model the engine generates with
 
 
 T = TypeVar("T")
@@ -66,7 +49,7 @@ def _resolve(target: str | T) -> T:
 class EngineSpec:
     """How the builders make one engine; each callable a "module:attribute" path or the callable.
 
-    `create`: the constructor (`EngineFactory`). `options`: `(EngineArgs) -> dict`, the
+    `create`: the constructor (`EngineFactory`). `options`: `(popula.engines.args.EngineArgs) -> dict`, the
     constructor options a config asks for. `shares_model`: it can generate with a learner's
     `SharedWeights` (then it must be a `popula.engines.shared.SharingEngine`); a local run
     then holds one base in memory. `context`: `(base_path, requested) -> int`, for an engine
@@ -75,7 +58,7 @@ class EngineSpec:
     """
 
     create: str | EngineFactory
-    options: str | Callable[[EngineArgs], dict[str, Any]]
+    options: str | Callable[[Any], dict[str, Any]]  # takes popula.engines.args.EngineArgs
     shares_model: bool = False
     context: str | Callable[[str | os.PathLike, int | None], int] | None = None
 
@@ -83,7 +66,7 @@ class EngineSpec:
         """The constructor, its module imported now."""
         return _resolve(self.create)
 
-    def config_options(self, args: EngineArgs) -> dict[str, Any]:
+    def config_options(self, args: Any) -> dict[str, Any]:
         """The constructor options `args` asks for."""
         return _resolve(self.options)(args)
 

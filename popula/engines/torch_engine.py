@@ -42,7 +42,7 @@ from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, MultiLoRAModel
 
 if TYPE_CHECKING:
-    from popula.engines.registry import EngineArgs
+    from popula.engines.args import EngineArgs
 
 COMPACT_FRACTION = 0.25  # drop finished rows once this share of the batch has finished
 

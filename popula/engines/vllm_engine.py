@@ -53,7 +53,7 @@ from popula.lora.model import FORBIDDEN_TARGETS
 if TYPE_CHECKING:
     import torch
 
-    from popula.engines.registry import EngineArgs
+    from popula.engines.args import EngineArgs
 
 # vLLM only accepts these values for max_lora_rank (vllm.config.lora.MaxLoRARanks).
 VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)

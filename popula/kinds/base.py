@@ -9,10 +9,7 @@ new way for untrusted text to reach a verdict.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar, Literal
-
-if TYPE_CHECKING:
-    from popula.records import TaskRecord
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 # How the sandbox reads and judges an answer (popula/sandbox/plan.py):
 # "value": a literal compared with the first output, nothing runs;
@@ -20,6 +17,20 @@ if TYPE_CHECKING:
 # "program": a student's program run on the hidden inputs, on student workers.
 AnswerForm = Literal["value", "arguments", "program"]
 ANSWER_FORMS: tuple[str, ...] = ("value", "arguments", "program")
+
+
+class Task(Protocol):
+    """What a kind reads of a task: `popula.records.TaskRecord` has these fields (and records
+    look kinds up, so kinds name the fields, not the class)."""
+
+    type: str
+    program: str
+    inputs: list[str]
+    outputs: list[str]
+    message: str
+
+
+T = TypeVar("T", bound=Task)
 
 
 class TaskKind:
@@ -48,21 +59,21 @@ class TaskKind:
 
     # -- compact format (tiny base) -------------------------------------------------------
 
-    def compact_reference(self, ref: TaskRecord) -> str:
+    def compact_reference(self, ref: Task) -> str:
         """The line under a reference's program in a compact teacher prompt."""
         return f">>> f({ref.inputs[0]})"
 
-    def compact_student(self, task: TaskRecord) -> str:
+    def compact_student(self, task: Task) -> str:
         """A compact student prompt after its `## <head>` line: by default the program and `compact_shown`."""
         return f"{task.program.rstrip()}\n{self.compact_shown(task)}\n"
 
-    def compact_shown(self, task: TaskRecord) -> str:
+    def compact_shown(self, task: Task) -> str:
         """The line under the program in the default compact student prompt."""
         raise NotImplementedError
 
     # -- instruct format (real models) ----------------------------------------------------
 
-    def instruct_reference(self, ref: TaskRecord) -> list[str]:
+    def instruct_reference(self, ref: Task) -> list[str]:
         """Lines between a reference's program and its `Input:` line in an instruct teacher prompt."""
         return [f"Hint: {ref.message}"] if self.hint and ref.message else []
 
@@ -70,21 +81,21 @@ class TaskKind:
         """What an instruct teacher prompt asks the proposal to give besides the program."""
         return "one input (an argument list, as in f(<input>)) in <input></input>"
 
-    def instruct_student(self, task: TaskRecord) -> list[str]:
+    def instruct_student(self, task: Task) -> list[str]:
         """An instruct student prompt's lines; the last asks for the answer (direct_ask replaces it).
         By default: the question, the program in a fence, `instruct_shown` and the ask."""
         return [self.instruct_question, "```python", task.program.rstrip(), "```", self.instruct_shown(task), self.instruct_ask]
 
-    def instruct_shown(self, task: TaskRecord) -> str:
+    def instruct_shown(self, task: Task) -> str:
         """The line under the program in the default instruct student prompt."""
         raise NotImplementedError
 
     # -- cold-start corpus ----------------------------------------------------------------
 
-    def view(self, task: TaskRecord, pick: int) -> TaskRecord:
+    def view(self, task: T, pick: int) -> T:
         """A pool task (several inputs, outputs computed) seen as a task of this kind: its `pick`-th input."""
         return replace(task, type=self.name, inputs=[task.inputs[pick]], outputs=[task.outputs[pick]], message="")
 
-    def corpus_answer(self, task: TaskRecord) -> str:
+    def corpus_answer(self, task: Task) -> str:
         """The answer a perfect student gives to `task`, a task of this kind with outputs."""
         raise NotImplementedError

@@ -7,22 +7,18 @@ program on them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from popula.kinds.base import T, Task, TaskKind
 
-from popula.kinds.base import TaskKind
-
-if TYPE_CHECKING:
-    from popula.records import TaskRecord
 
 CODE_F_INPUTS = 10  # inputs a code_f proposal carries: half shown, half hidden
 
 
-def shown_pairs(task: TaskRecord) -> list[tuple[str, str]]:
+def shown_pairs(task: Task) -> list[tuple[str, str]]:
     """The input/output pairs a code_f student sees: the first half (the rest judge it)."""
     return list(zip(task.inputs, task.outputs))[: max(1, len(task.inputs) // 2)]
 
 
-def simplest_program(task: TaskRecord) -> str:
+def simplest_program(task: Task) -> str:
     """The code_f answer to teach: the program itself, or `return <output>` if it is constant.
 
     About a fifth of generated programs ignore their input. Any program that reproduces
@@ -56,10 +52,10 @@ class CodeFunction(TaskKind):
         return (f"of a code_f task holds {n_inputs} input; it needs at least 2: the "
                 "first half (n // 2) is shown to the student as examples, the rest judge the answer")
 
-    def compact_reference(self, ref: TaskRecord) -> str:
+    def compact_reference(self, ref: Task) -> str:
         return f"# {ref.message}" if ref.message else "#"
 
-    def compact_student(self, task: TaskRecord) -> str:
+    def compact_student(self, task: Task) -> str:
         pairs = "".join(f">>> f({x})\n{y}\n" for x, y in shown_pairs(task))
         return f"# {task.message}\n{pairs}"
 
@@ -70,7 +66,7 @@ class CodeFunction(TaskKind):
             "(the student sees half of the input/output pairs and the hint)"
         )
 
-    def instruct_student(self, task: TaskRecord) -> list[str]:
+    def instruct_student(self, task: Task) -> list[str]:
         pairs = [f"f({x}) == {y}" for x, y in shown_pairs(task)]
         return [
             "Write a Python function `f` that matches these examples (it is also checked on hidden ones).",
@@ -79,8 +75,8 @@ class CodeFunction(TaskKind):
             "Reason step by step, then give the complete program in <answer></answer> (a ```python block inside is fine).",
         ]
 
-    def view(self, task: TaskRecord, pick: int) -> TaskRecord:
+    def view(self, task: T, pick: int) -> T:
         return task
 
-    def corpus_answer(self, task: TaskRecord) -> str:
+    def corpus_answer(self, task: Task) -> str:
         return simplest_program(task)

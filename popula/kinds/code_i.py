@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from popula.kinds.base import TaskKind
-
-if TYPE_CHECKING:
-    from popula.records import TaskRecord
+from popula.kinds.base import Task, TaskKind
 
 
 class CodeInput(TaskKind):
@@ -22,11 +17,11 @@ class CodeInput(TaskKind):
     instruct_ask = "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>."
     direct_ask = "Reply with only the argument list (what goes inside f(...)) in <answer></answer>. No explanation."
 
-    def compact_shown(self, task: TaskRecord) -> str:
+    def compact_shown(self, task: Task) -> str:
         return f"f(?) == {task.outputs[0]}"
 
-    def instruct_shown(self, task: TaskRecord) -> str:
+    def instruct_shown(self, task: Task) -> str:
         return f"Output: {task.outputs[0]}"
 
-    def corpus_answer(self, task: TaskRecord) -> str:
+    def corpus_answer(self, task: Task) -> str:
         return task.inputs[0]

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from popula.kinds.base import TaskKind
-
-if TYPE_CHECKING:
-    from popula.records import TaskRecord
+from popula.kinds.base import Task, TaskKind
 
 
 class CodeOutput(TaskKind):
@@ -23,11 +18,11 @@ class CodeOutput(TaskKind):
     direct_ask = "Reply with only the output, as a Python literal, in <answer></answer>. No explanation."
     shows_outputs = False
 
-    def compact_shown(self, task: TaskRecord) -> str:
+    def compact_shown(self, task: Task) -> str:
         return f">>> f({task.inputs[0]})"
 
-    def instruct_shown(self, task: TaskRecord) -> str:
+    def instruct_shown(self, task: Task) -> str:
         return f"Input: f({task.inputs[0]})"
 
-    def corpus_answer(self, task: TaskRecord) -> str:
+    def corpus_answer(self, task: Task) -> str:
         return task.outputs[0]

@@ -16,7 +16,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pydantic
-import trueskill
 
 from popula.errors import PopulaError
 from popula.league import outcomes, pfsp, ratings
@@ -93,7 +92,7 @@ class League:
     def alive(self, role: Role) -> list[Member]:
         return [m for m in self.members.values() if m.role == role and m.alive]
 
-    def rating(self, name: str) -> trueskill.Rating:
+    def rating(self, name: str) -> ratings.Rating:
         member = self.member(name)
         return self.env.create_rating(mu=member.mu, sigma=member.sigma)
 
@@ -175,14 +174,7 @@ class League:
             draws=tally.draws, unrated=tally.unrated, result=tally.result,
             p_teacher=ratings.win_probability(self.env, before_t, before_s),
         )
-        if tally.result == "teacher":
-            new_t, new_s = trueskill.rate_1vs1(before_t, before_s, env=self.env)
-        elif tally.result == "student":
-            new_s, new_t = trueskill.rate_1vs1(before_s, before_t, env=self.env)
-        elif tally.result == "draw":
-            new_t, new_s = trueskill.rate_1vs1(before_t, before_s, drawn=True, env=self.env)
-        else:
-            new_t, new_s = before_t, before_s
+        new_t, new_s = ratings.rate_game(self.env, before_t, before_s, tally.result)
         t.mu, t.sigma = float(new_t.mu), float(new_t.sigma)
         s.mu, s.sigma = float(new_s.mu), float(new_s.sigma)
         self.matches.append(record)

@@ -1,7 +1,9 @@
-"""TrueSkill arithmetic the league needs beyond the `trueskill` package itself.
+"""The rating system: every call to the `trueskill` package is here.
 
-The package rates games but has no win probability and no notion of an evolved child, so
-both live here, in terms of the package's own environment (its beta and its normal CDF).
+The league rates one game per match and asks for win probabilities and an evolved child's
+prior; the package rates games but has neither of the last two, so both live here, in terms
+of its own environment (its beta and its normal CDF). Swapping the rating system means
+replacing this module's functions.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ import math
 from typing import Sequence
 
 import trueskill
+
+
+Rating = trueskill.Rating
+Env = trueskill.TrueSkill
 
 
 def make_env(mu: float, sigma: float, beta: float, tau: float, draw_probability: float) -> trueskill.TrueSkill:
@@ -28,6 +34,20 @@ def win_probability(env: trueskill.TrueSkill, a: trueskill.Rating, b: trueskill.
     """
     spread = math.sqrt(2.0 * env.beta**2 + a.sigma**2 + b.sigma**2)
     return float(env.cdf((a.mu - b.mu) / spread))
+
+
+def rate_game(env: trueskill.TrueSkill, teacher: trueskill.Rating, student: trueskill.Rating,
+              result: str) -> tuple[trueskill.Rating, trueskill.Rating]:
+    """The (teacher, student) ratings after one game whose `result` is "teacher", "student",
+    "draw" or anything else (an unrated match: the ratings unchanged)."""
+    if result == "teacher":
+        return trueskill.rate_1vs1(teacher, student, env=env)
+    if result == "student":
+        new_s, new_t = trueskill.rate_1vs1(student, teacher, env=env)
+        return new_t, new_s
+    if result == "draw":
+        return trueskill.rate_1vs1(teacher, student, drawn=True, env=env)
+    return teacher, student
 
 
 def child_rating(

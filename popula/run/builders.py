@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from popula.config import Config
 from popula.engines.base import Engine
-from popula.engines.registry import EngineArgs, create_engine, engine_spec
+from popula.engines.args import EngineArgs
+from popula.engines.registry import create_engine, engine_spec
 from popula.runtime import Runtime, resolve_runtime
 from popula.sandbox import Sandbox
 
