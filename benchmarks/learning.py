@@ -52,7 +52,7 @@ from popula.run.targets import best_student  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = {"population": ROOT / "configs" / "tiny-cpu.yaml", "single": ROOT / "configs" / "single-agent.yaml"}
+RUNS = {"population": ROOT / "configs" / "tiny-cpu.yaml", "single": ROOT / "configs" / "single-agent.yaml"}  # the defaults
 SERIES = {
     "valid_rate": "teacher valid rate", "solve_rate": "student solve rate",
     "teacher_reward_mean": "teacher reward (mean)", "ast_depth": "AST depth of valid tasks",
@@ -106,6 +106,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="runs (and evaluations) at once; small models leave cores idle, so 2 on 2 cores "
                              "finish sooner than one after another (default: min(2, cores))")
+    parser.add_argument("--population-config", type=Path, default=RUNS["population"],
+                        help="the population's config (default configs/tiny-cpu.yaml; configs/smollm2-cpu.yaml for "
+                             "SmolLM2-135M)")
+    parser.add_argument("--single-config", type=Path, default=RUNS["single"],
+                        help="the single agent's config, the population's with one adapter (default "
+                             "configs/single-agent.yaml; configs/smollm2-single.yaml beside configs/smollm2-cpu.yaml)")
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="config override applied to every run (e.g. base_model=DIR)")
     args = parser.parse_args()
@@ -115,6 +121,10 @@ def main() -> None:
         parser.error("--jobs must be at least 1")
     if args.trend < 0:
         parser.error("--trend must be >= 0")
+    for path in (args.population_config, args.single_config):
+        if not path.is_file():
+            parser.error(f"no config file {path}")
+    RUNS.update(population=args.population_config.resolve(), single=args.single_config.resolve())
 
     args.out.mkdir(parents=True, exist_ok=True)
     docs = args.docs or args.out / "docs"
