@@ -17,8 +17,8 @@ hidden 1536, MLP 8960, 2 KV heads of 128).
         [--device auto]
 
 Per model and population size: operator calls per step (torch profiler: top-level `aten::`
-calls on a CPU, where a foreach call is one however many tensors it loops over, host reads
-of the CPU step counts left out; CUDA kernels on a GPU) and the median seconds of a step. The last line is one JSON object.
+calls on a CPU, where a foreach call is one however many tensors it loops over, calls that
+launch nothing on a GPU left out; CUDA kernels on a GPU) and the median seconds of a step. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from popula.learner.optimizer import PopulationOptimizer  # noqa: E402
 # (layers, hidden, mlp, kv width): the in/out sizes of q,k,v,o,gate,up,down
 MODELS = {"tiny": (4, 128, 512, 128), "smollm2": (30, 576, 1536, 192), "qwen1.5b": (28, 1536, 8960, 256)}
 LR, WD, CLIP = 2e-4, 0.0, 1.0
+HOST_ONLY = {"aten::item", "aten::to", "aten::lift_fresh", "aten::detach_", "aten::detach", "aten::resolve_conj",
+             "aten::resolve_neg", "aten::empty"}  # same-device moves, host scalar reads, bookkeeping
 
 
 def lora_shapes(model: str, rank: int) -> list[tuple[int, int]]:
@@ -88,8 +90,9 @@ def count_ops(step, device: str) -> int:
         return sum(e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA)
     # On a CPU a foreach op loops over its tensors inside one call; the top-level aten calls are
     # what would each launch kernels on a GPU (a foreach call there: one launch per chunk of tensors).
-    # `aten::item` is left out: AdamW reads each tensor's step count, a CPU scalar, on the host.
-    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.name != "aten::item"
+    # Calls that launch nothing are left out (HOST_ONLY): AdamW reading each step count on the host,
+    # clip_grad_norm_ moving each norm to the device it is already on.
+    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.name not in HOST_ONLY
                and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
 
 

@@ -62,24 +62,26 @@ class PopulationOptimizer:
     @torch.no_grad()
     def clip_grad_norms(self, groups: Mapping[str, Sequence[nn.Parameter]], max_norm: float | None) -> dict[str, float]:
         """Each group's gradient norm (2-norm over its tensors), then its gradients scaled to at most
-        `max_norm` (None: not scaled), as `torch.nn.utils.clip_grad_norm_` does group by group."""
+        `max_norm` (None: not scaled), as `torch.nn.utils.clip_grad_norm_` does group by group.
+
+        The per-tensor norms are one foreach call; groups of equal size (the adapters of one
+        learner) get their totals and clip coefficients as one (groups, tensors) reduction."""
         grads = {name: [p.grad for p in params if p.grad is not None] for name, params in groups.items()}
         flat = [g for gs in grads.values() for g in gs]
         if not flat:
             return {name: 0.0 for name in groups}
-        tensor_norms = torch._foreach_norm(flat, 2)
-        totals: dict[str, torch.Tensor] = {}
-        start = 0
-        for name, gs in grads.items():
-            mine = tensor_norms[start:start + len(gs)]
-            start += len(gs)
-            totals[name] = torch.linalg.vector_norm(torch.stack(mine), 2) if mine else torch.zeros((), device=flat[0].device)
+        sizes = [len(gs) for gs in grads.values()]
+        norms = torch.stack(torch._foreach_norm(flat, 2))
+        if min(sizes) == max(sizes):
+            totals = torch.linalg.vector_norm(norms.view(len(sizes), sizes[0]), 2, dim=1)
+        else:
+            totals = torch.stack([torch.linalg.vector_norm(part, 2) for part in norms.split(sizes)])
         if max_norm is not None:
-            for name, gs in grads.items():  # one launch per group: a list of scalars would be one per tensor on CUDA
+            coef = torch.clamp(max_norm / (totals + 1e-6), max=1.0)
+            for i, gs in enumerate(grads.values()):  # one launch per group: a list of scalars is one per tensor on CUDA
                 if gs:
-                    torch._foreach_mul_(gs, torch.clamp(max_norm / (totals[name] + 1e-6), max=1.0))
-        values = torch.stack(list(totals.values())).tolist()  # one device sync for every group
-        return dict(zip(totals, values))
+                    torch._foreach_mul_(gs, coef[i])
+        return dict(zip(grads, totals.tolist()))  # one device sync for every group
 
     def step(self) -> None:
         """One AdamW update of every parameter that has a gradient."""
