@@ -60,11 +60,12 @@ def sandbox_copy() -> Path:
     dest = Path(tempfile.mkdtemp(prefix="popula-unprivileged-"))
     atexit.register(shutil.rmtree, dest, ignore_errors=True)
     package = dest / "popula"
-    (package / "sandbox").mkdir(parents=True)
+    for sub in ("sandbox", "kinds"):  # the judge, and the task kinds its plan and verdict read
+        (package / sub).mkdir(parents=True)
+        for source in (ROOT / "popula" / sub).glob("*.py"):
+            shutil.copy(source, package / sub / source.name)
     for name in ("__init__.py", "errors.py", "records.py"):
         shutil.copy(ROOT / "popula" / name, package / name)
-    for source in (ROOT / "popula" / "sandbox").glob("*.py"):
-        shutil.copy(source, package / "sandbox" / source.name)
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
