@@ -71,10 +71,12 @@ class TinyRecipe:
 
 def corpus_digest(settings: dict, *extra: str) -> str:
     """A short hash of a model's build settings and of the sources that write its training
-    corpus (the program generator and the prompt formats): a cache keyed by it builds anew
-    when either changes, instead of reusing a model trained on text a run no longer shows."""
+    corpus (the program generator, the prompt formats and the task kinds' texts): a cache
+    keyed by it builds anew when either changes, instead of reusing a model trained on text a
+    run no longer shows."""
     here = Path(__file__).resolve().parent.parent
     parts = [json.dumps(settings, sort_keys=True), *extra]
-    for source in ("tasks/generator.py", "tasks/prompts.py"):
-        parts.append(hashlib.sha256((here / source).read_bytes()).hexdigest())
+    sources = [here / "tasks" / "generator.py", here / "tasks" / "prompts.py", *sorted((here / "kinds").glob("*.py"))]
+    for source in sources:
+        parts.append(hashlib.sha256(source.read_bytes()).hexdigest())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
