@@ -89,16 +89,16 @@ def main() -> None:
     torch.set_num_threads(2)
 
     from popula.model.base import load_base
-    from popula.records import TASK_TYPES
+    from popula.kinds import task_types
     from popula.sandbox import Sandbox
     from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
     from popula.tasks.prompts import K_REFERENCES, prompt_format
 
     model, tokenizer = load_base(args.model)
     fmt = prompt_format(tokenizer)
-    refs = {t: generate_tasks(300, 4321, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in TASK_TYPES}
+    refs = {t: generate_tasks(300, 4321, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in task_types()}
     pools = {(multi, t): [r for r in refs[t] if is_multiline(r.program) is multi]  # one-line / multi-line references
-             for multi in (False, True) for t in TASK_TYPES}
+             for multi in (False, True) for t in task_types()}
     figures: dict[str, dict] = {}
     start = time.monotonic()
     with Sandbox(workers=2) as sandbox:
@@ -107,7 +107,7 @@ def main() -> None:
             rng = random.Random(args.seed)  # the same reference draws at every temperature
             judged: list[Judged] = []
             for multi_refs in (False, True):
-                for t in TASK_TYPES:
+                for t in task_types():
                     picks = [rng.sample(pools[multi_refs, t], K_REFERENCES) for _ in range(args.proposals)]
                     texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks],
                                    temperature=temperature, max_new_tokens=192)
@@ -129,7 +129,7 @@ def main() -> None:
     for name, f in figures.items():
         print(f"rejections at {name}: one-line {f['reasons']['oneline']}, multi-line {f['reasons']['multiline']}, "
               f"unparsed {f['unparsed']}")
-    print(f"{len(args.temperatures) * 2 * len(TASK_TYPES) * args.proposals} proposals in {time.monotonic() - start:.0f} s")
+    print(f"{len(args.temperatures) * 2 * len(task_types()) * args.proposals} proposals in {time.monotonic() - start:.0f} s")
     print(json.dumps({"model": args.model, "proposals": args.proposals, "seed": args.seed, "temperatures": figures}))
 
 

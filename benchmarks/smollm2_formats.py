@@ -31,7 +31,8 @@ from popula.openmp import configure_waits  # noqa: E402
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
 
 from popula.eval.evaluate import encode_prompt, pass_at_k  # noqa: E402
-from popula.records import TASK_TYPES, TaskRecord, parse_record  # noqa: E402
+from popula.kinds import task_types  # noqa: E402
+from popula.records import TaskRecord, parse_record  # noqa: E402
 from popula.tasks.prompts import prompt_format, stop_token_ids  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def generate(args: argparse.Namespace) -> list[dict]:
                                       stop_token_ids=stops))
         rows.append({"kind": "student", "type": task.type, "task": task.to_json()})
     pool = load_tasks(args.tasks)
-    for t_type in TASK_TYPES:
+    for t_type in task_types():
         of_type = [t for t in pool if t.type == t_type]
         for j in range(args.proposals):
             refs = rng.sample(of_type, min(args.references, len(of_type)))

@@ -40,7 +40,8 @@ import torch  # noqa: E402
 
 from popula.complexity import ast_depth, is_multiline, parsed_depths  # noqa: E402
 from popula.model.base import load_base  # noqa: E402
-from popula.records import TASK_TYPES, TaskRecord  # noqa: E402
+from popula.kinds import task_types  # noqa: E402
+from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 from popula.tasks.prompts import K_REFERENCES, prompt_format, stop_token_ids  # noqa: E402
@@ -90,8 +91,8 @@ def main() -> None:
     model, tokenizer = load_base(args.model)
     fmt = prompt_format(tokenizer)
     rng = random.Random(args.seed)
-    refs = {t: generate_tasks(90, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in TASK_TYPES}
-    held = {t: generate_tasks(args.tasks, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE) for t in TASK_TYPES}
+    refs = {t: generate_tasks(90, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE + "-refs") for t in task_types()}
+    held = {t: generate_tasks(args.tasks, args.seed, "mixed", [t], namespace=HELDOUT_NAMESPACE) for t in task_types()}
 
     rows = []
     figures: dict[str, float] = {}
@@ -100,7 +101,7 @@ def main() -> None:
         # teachers
         valid = distinct = total = 0
         programs: list[str] = []
-        for t in TASK_TYPES:
+        for t in task_types():
             prompts = [fmt.teacher_prompt(t, rng.sample(refs[t], K_REFERENCES)) for _ in range(args.proposals)]
             texts = sample(model, tokenizer, prompts, temperature=1.0, max_new_tokens=320)
             proposals = [fmt.parse_proposal(x, t) for x in texts]
@@ -120,7 +121,7 @@ def main() -> None:
         visible = getattr(fmt, "max_references", None) or K_REFERENCES  # the compact format shows the last 3
         shown: dict[str, list[float]] = {"shallow": [], "deep": []}
         written: dict[str, list[int]] = {"shallow": [], "deep": []}
-        for t in TASK_TYPES:
+        for t in task_types():
             by_depth = sorted(refs[t], key=lambda r: ast_depth(r.program))
             third = len(by_depth) // 3
             for end, pool in (("shallow", by_depth[:third]), ("deep", by_depth[-third:])):
@@ -142,7 +143,7 @@ def main() -> None:
         for kind in ("oneline", "multiline"):
             multi_shown = kind == "multiline"
             lines_of: list[bool] = []
-            for t in TASK_TYPES:
+            for t in task_types():
                 pool = [r for r in refs[t] if is_multiline(r.program) is multi_shown]
                 picks = [rng.sample(pool, min(K_REFERENCES, len(pool))) for _ in range(args.proposals)]
                 texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks], temperature=1.0, max_new_tokens=320)
@@ -159,7 +160,7 @@ def main() -> None:
             figures[f"valid_{name}"] = accepted[multi][0] / max(accepted[multi][1], 1)
             rows.append((f"valid if {name}", f"{figures[f'valid_{name}']:.2f}", f"of {accepted[multi][1]} parsed", ""))
         # students
-        for t in TASK_TYPES:
+        for t in task_types():
             for label, temperature, k in (("solve", 1.0, args.samples), ("greedy", 0.0, 1)):
                 tasks = [task for task in held[t] for _ in range(k)]
                 prompts = [fmt.student_prompt(task) for task in tasks]

@@ -20,7 +20,6 @@ from popula.errors import PopulaError
 from popula.kinds import get_kind, task_types
 
 TaskType = str  # a registered task kind's name (popula/kinds)
-TASK_TYPES: tuple[str, ...] = task_types()  # the built-in kinds; the live list is popula.kinds.task_types()
 
 Reason = Literal[
     "syntax",

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from popula.errors import PopulaError
+from popula.kinds.code_f import simplest_program
 from popula.model.base import MARKER, load_base, resolve_base_model, tiny_path
-from popula.model.corpus import ExampleSampler, as_type, simplest_program
+from popula.model.corpus import ExampleSampler, as_type
 from popula.model.recipe import TinyRecipe
 from popula.model.tokenizer import train_tokenizer
 from popula.model.train import PackedBatches, compiled_forward, lr_at

@@ -15,7 +15,6 @@ import trueskill
 
 
 Rating = trueskill.Rating
-Env = trueskill.TrueSkill
 
 
 def make_env(mu: float, sigma: float, beta: float, tau: float, draw_probability: float) -> trueskill.TrueSkill:

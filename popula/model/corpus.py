@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from popula.complexity import ast_depth
 from popula.kinds import get_kind
-from popula.kinds.code_f import simplest_program  # noqa: F401  (re-exported for callers of this module)
 from popula.records import TaskRecord
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import PromptFormat

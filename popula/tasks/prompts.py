@@ -30,7 +30,6 @@ from typing import Any, Protocol, Sequence
 
 from popula.errors import PopulaError
 from popula.kinds import AnswerForm, TaskKind, get_kind
-from popula.kinds.code_f import CODE_F_INPUTS, shown_pairs  # noqa: F401  (re-exported for callers of this module)
 from popula.records import TaskRecord
 
 K_REFERENCES = 6  # reference tasks a teacher sees (as in Absolute Zero)
