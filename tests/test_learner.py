@@ -9,6 +9,7 @@ adapter it belongs to; the whole learner round-trips through its state dict.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -222,6 +223,42 @@ def test_each_adapter_updates_as_if_trained_alone_with_its_own_optimiser():
     assert together.optimizer_state("B")["state"][0]["step"] == 3
     moments_a, moments_b = (together.optimizer_state(n)["state"][0]["exp_avg"] for n in ("A", "B"))
     assert not torch.equal(moments_a, moments_b)
+
+
+def _with_rewards(rollouts: list[Rollout], rewards: dict[str, list[float]]) -> list[Rollout]:
+    """The rollouts with each group's rewards replaced, in order, by `rewards[group]`."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in rollouts:
+        k = seen.get(r.group, 0)
+        seen[r.group] = k + 1
+        out.append(dataclasses.replace(r, reward=rewards[r.group][k]) if r.group in rewards else r)
+    return out
+
+
+def test_rows_without_a_gradient_run_forward_only_and_leave_every_update_as_it_was():
+    """A row with advantage 0 and no KL (a group whose rollouts all scored alike) adds exactly
+    zero to every gradient: it is run without autograd, for the step's metrics, and every
+    adapter's update, metric and optimiser state equals a backward over all rows."""
+    rollouts = random_rollouts(["A", "B"], 16, seed=3)
+    groups = sorted({r.group for r in rollouts})
+    # Groups are per adapter, rows alternate A, B. Step 1: every group has signal;
+    # step 2: only A's two rows of the first group do.
+    first = _with_rewards(rollouts, {g: [1.0, 0.0, 0.0, 1.0] for g in groups})
+    second = _with_rewards(rollouts, {g: [1.0, 1.0, 1.0, 1.0] for g in groups[1:]} | {groups[0]: [1.0, 0.0, 0.0, 0.0]})
+    fast, full = make_learner(["A", "B"]), make_learner(["A", "B"])
+    full._has_signal = lambda rows, i: True  # the reference: a backward over every row
+    for batch in (first, second):
+        got, want = fast.step(batch), full.step(batch)
+    assert want["signal_rows"] == 16 and got["signal_rows"] == 2  # A's two rows in the first group
+    assert got["rows"] == want["rows"] == 16
+    for name in ("A", "B"):
+        for key in ("loss", "logprob_gap", "entropy", "clip_fraction", "grad_norm", "tokens"):
+            assert got["adapters"][name][key] == pytest.approx(want["adapters"][name][key], abs=1e-7)
+        assert same(weights(fast, name), weights(full, name), atol=1e-7)
+        # B's gradient was zero in step 2, yet AdamW stepped it (its moments carry it), as before
+        assert fast.optimizer_state(name)["state"][0]["step"] == full.optimizer_state(name)["state"][0]["step"] == 2
+    assert not same(weights(fast, "B"), make_learner(["A", "B"]).adapter_state("B"))
 
 
 def test_a_nan_loss_skips_only_that_adapter_and_leaves_its_weights_and_optimiser_intact():

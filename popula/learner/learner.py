@@ -96,6 +96,7 @@ class _Microbatch:
 
     rows: list[int]
     packs: list[list[int]] | None = None
+    signal: bool = True  # False: no row here has a gradient (see `_has_signal`); forward only, for metrics
 
 
 def avoid_cudnn_attention() -> None:
@@ -272,7 +273,7 @@ class PopulationLearner:
         Returns metrics: totals (`tokens`, `rows`, `microbatches`, `loss`, `logprob_gap`,
         `logprob_gap_max` (the largest of the adapters' gaps: one adapter served with the
         wrong weights shows here even when the token-weighted mean hides it),
-        `clip_fraction`, `is_truncated`, `skipped`) and per adapter (`adapters[name]`: loss, logprob_gap,
+        `clip_fraction`, `is_truncated`, `skipped`, `signal_rows`) and per adapter (`adapters[name]`: loss, logprob_gap,
         clip_fraction, is_truncated, entropy (the sampled tokens' mean -log p), grad_norm, tokens, rows, advantage_mean, versions, kl when
         measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
         optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
@@ -280,8 +281,8 @@ class PopulationLearner:
         rows = self._prepare(rollouts, self.ema)
         stats = _Stats()
         if not rows.ids:
-            return stats.report(rows, [], 0)
-        batches = self._pack(rows)
+            return stats.report(rows, [], [])
+        batches = self._split_pack(rows)
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         skipped: dict[str, str] = {}
@@ -313,7 +314,7 @@ class PopulationLearner:
         for name, reason in sorted(skipped.items()):
             warnings.warn(f"learner: skipped the update of adapter {name!r}: {reason}; its weights are unchanged",
                           NonFiniteUpdateWarning, stacklevel=2)
-        return stats.report(rows, sorted(skipped), len(batches))
+        return stats.report(rows, sorted(skipped), batches)
 
     def gradients(self, rollouts: Sequence[Rollout]) -> dict[str, dict[str, torch.Tensor]]:
         """The loss gradient of every adapter in `rollouts`, PEFT-keyed, without updating anything.
@@ -324,7 +325,7 @@ class PopulationLearner:
         rows = self._prepare(rollouts, copy.deepcopy(self.ema))
         if not rows.ids:
             return {}
-        batches = self._pack(rows)
+        batches = self._split_pack(rows)
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         self._zero_grad(active)
@@ -347,7 +348,7 @@ class PopulationLearner:
         weights and nothing updated; for checks and diagnostics ([] for an empty completion)."""
         rows = self._prepare(rollouts, copy.deepcopy(self.ema))
         out: list[list[float]] = [[] for _ in rows.ids]
-        for batch in self._pack(rows):
+        for batch in self._pack(rows, range(len(rows.ids))):
             logp = self._logprobs(self._batch_tensors(rows, batch)).cpu()
             for j, i in enumerate(batch.rows):
                 out[i] = logp[j, logp.shape[1] - rows.completion_len[i]:].tolist()
@@ -379,16 +380,38 @@ class PopulationLearner:
             rows.versions[r.adapter].add(r.adapter_version)
         return rows
 
-    def _pack(self, rows: _Rows) -> list[_Microbatch]:
-        """Microbatches under the token budget, rows of each ordered by slot (the LoRA layers
-        then group rows by adapter without a permutation). With `share_prompts` the budget
-        counts packs (rows of one prompt and adapter as one sequence) and their lengths."""
+    def _has_signal(self, rows: _Rows, i: int) -> bool:
+        """Whether row i's loss has a gradient: a non-zero advantage, or a KL term.
+
+        A row with advantage 0 and no KL (a GRPO group whose rollouts all scored alike, a
+        teacher's task compared with itself) adds exactly zero to every gradient, so it needs
+        no backward: its forward is run without autograd, for the step's metrics alone.
+        """
+        return rows.advantage[i] != 0.0 or (self.cfg.uses_kl and rows.kl_coef[i] > 0)
+
+    def _split_pack(self, rows: _Rows) -> list[_Microbatch]:
+        """The microbatches of rows with a gradient, then those of rows without (`signal` False)."""
+        signal = [self._has_signal(rows, i) for i in range(len(rows.ids))]
+        silent = self._pack(rows, [i for i, s in enumerate(signal) if not s])
+        for batch in silent:
+            batch.signal = False
+        return self._pack(rows, [i for i, s in enumerate(signal) if s]) + silent
+
+    def _pack(self, rows: _Rows, subset: Sequence[int]) -> list[_Microbatch]:
+        """Microbatches of the rows in `subset` under the token budget, rows of each ordered by
+        slot (the LoRA layers then group rows by adapter without a permutation). With
+        `share_prompts` the budget counts packs (rows of one prompt and adapter as one
+        sequence) and their lengths."""
+        subset = list(subset)
+        if not subset:
+            return []
         budget = self.cfg.max_tokens_per_microbatch
         if not self.share_prompts:
-            batches = pack_rows([len(ids) for ids in rows.ids], budget)
-            return [_Microbatch(sorted(b, key=lambda i: (rows.slot[i], i))) for b in batches]
-        keys = [(rows.slot[i], tuple(ids[:rows.prompt_len[i]])) for i, ids in enumerate(rows.ids)]
-        packs = pack_prompts(keys, rows.prompt_len, _completions(rows), budget)
+            batches = pack_rows([len(rows.ids[i]) for i in subset], budget)
+            return [_Microbatch(sorted((subset[j] for j in b), key=lambda i: (rows.slot[i], i))) for b in batches]
+        keys = [(rows.slot[i], tuple(rows.ids[i][:rows.prompt_len[i]])) for i in subset]
+        packs = [[subset[j] for j in p] for p in pack_prompts(
+            keys, [rows.prompt_len[i] for i in subset], [rows.ids[i][rows.prompt_len[i]:] for i in subset], budget)]
         lengths = [self._pack_length(rows, p) for p in packs]
         out = []
         for batch in pack_rows(lengths, budget):
@@ -538,8 +561,10 @@ class PopulationLearner:
         for name, m in zip(rows.adapter, rows.completion_len):
             tokens_of[name] += m
         bad: dict[str, str] = {}
-        with torch.enable_grad():
-            for index, batch in enumerate(batches):
+        for index, batch in enumerate(batches):
+            if not batch.signal and stats is None:
+                continue  # no gradient here, and its metrics were taken in the first epoch
+            with torch.enable_grad() if batch.signal else torch.no_grad():
                 t = self._batch_tensors(rows, batch)
                 names = [rows.adapter[i] for i in batch.rows]
                 logp = self._logprobs(t)
@@ -558,10 +583,17 @@ class PopulationLearner:
                 keep = torch.tensor([n in training and n not in bad for n in names], device=self.device)
                 weight = torch.tensor([1.0 / tokens_of[n] for n in names], device=self.device).unsqueeze(-1)
                 use = tm & keep.unsqueeze(-1)
-                if bool(use.any()):
+                if batch.signal and bool(use.any()):
                     torch.where(use, tl.loss * weight, 0.0).sum().backward()
                 if stats is not None:
                     stats.add(names, tm, logp.detach(), t["old"], tl, weight)
+        # An adapter whose rows carried no signal has a zero gradient, as a backward over them
+        # would have given it: AdamW still steps it (its moments decay), as it would have.
+        for name in training:
+            if name not in bad:
+                for p in self.model.slot_parameters(self._slot[name]):
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
         return bad
 
     def _zero_grad(self, names: Sequence[str]) -> None:
@@ -634,7 +666,7 @@ class _Stats:
             if self.has_kl:
                 self.kl[name] += lists["kl"][j]
 
-    def report(self, rows: _Rows, skipped: list[str], microbatches: int) -> dict[str, Any]:
+    def report(self, rows: _Rows, skipped: list[str], batches: list[_Microbatch]) -> dict[str, Any]:
         tokens: dict[str, int] = defaultdict(int)
         count: dict[str, int] = defaultdict(int)
         adv: dict[str, float] = defaultdict(float)
@@ -668,7 +700,8 @@ class _Stats:
         return {
             "tokens": total,
             "rows": sum(count.values()),
-            "microbatches": microbatches,
+            "microbatches": len(batches),
+            "signal_rows": sum(len(b.rows) for b in batches if b.signal),  # rows with a gradient (the rest: forward only)
             "loss": _finite(sum(self.loss[n] * tokens[n] for n in per) / total) if total else None,
             "logprob_gap": (sum(g for g, _ in finite_gap) / sum(t for _, t in finite_gap)) if finite_gap else None,
             "logprob_gap_max": max((e["logprob_gap"] for e in per.values() if e["logprob_gap"] is not None),
@@ -688,10 +721,6 @@ def _block_mask(segment: torch.Tensor) -> torch.Tensor:
     causal = index.view(1, 1, -1) <= index.view(1, -1, 1)
     keys, queries = segment.unsqueeze(1), segment.unsqueeze(2)
     return (causal & ((keys == 0) | (keys == queries))).unsqueeze(1)
-
-
-def _completions(rows: _Rows) -> list[list[int]]:
-    return [ids[p:] for ids, p in zip(rows.ids, rows.prompt_len)]
 
 
 def _takes_4d_mask(model: nn.Module) -> bool:
