@@ -243,3 +243,27 @@ def test_fusing_sibling_projections_changes_neither_logits_nor_gradients():
     for slot in (0, 1):
         for p_fused, p_plain in zip(models[0].slot_parameters(slot), models[1].slot_parameters(slot)):
             torch.testing.assert_close(p_fused.grad, p_plain.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_grouped_query_attention_under_a_mask_equals_transformers_sdpa_in_values_and_gradients():
+    """The wrapped base runs grouped keys and values without repeating them (popula.lora.attention);
+    under a padding mask, as every popula forward has, its logits and LoRA gradients are sdpa's."""
+    from popula.lora.attention import GQA_SDPA
+
+    def logits_and_grads(implementation: str | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        mm = MultiLoRAModel(small_llama(96, hidden=64, heads=4, kv_heads=2), rank=4, n_slots=2)
+        mm.init_slot(0, torch.Generator().manual_seed(1))
+        if implementation is not None:
+            mm.base_model.set_attn_implementation(implementation)
+        ids = torch.randint(0, 96, (3, 12), generator=torch.Generator().manual_seed(2))
+        mask = torch.ones(3, 12, dtype=torch.long)
+        mask[0, :5] = 0  # left padding
+        with mm.route([0, 0, 0]):
+            logits = mm(input_ids=ids, attention_mask=mask).logits
+        (logits[mask.bool()].logsumexp(-1).sum()).backward()
+        return logits.detach(), [p.grad for p in mm.slot_parameters(0)]
+
+    ours, sdpa = logits_and_grads(None), logits_and_grads("sdpa")
+    assert MultiLoRAModel(small_llama(96, heads=4, kv_heads=2)).base_model.config._attn_implementation == GQA_SDPA
+    assert torch.allclose(ours[0], sdpa[0], atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(ours[1], sdpa[1]))

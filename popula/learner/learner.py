@@ -65,6 +65,7 @@ from popula.learner.optimizer import PopulationOptimizer
 from popula.learner.packing import pack_prompts, pack_rows, packed_length
 from popula.learner.rollout import Rollout
 from popula.lora import BASE_SLOT, MultiLoRAModel, peft_key
+from popula.lora.attention import takes_boolean_mask
 
 STATE_FORMAT = 1
 
@@ -96,7 +97,6 @@ class _Microbatch:
 
     rows: list[int]
     packs: list[list[int]] | None = None
-    signal: bool = True  # False: no row here has a gradient (see `_has_signal`); forward only, for metrics
 
 
 def avoid_cudnn_attention() -> None:
@@ -273,7 +273,8 @@ class PopulationLearner:
         Returns metrics: totals (`tokens`, `rows`, `microbatches`, `loss`, `logprob_gap`,
         `logprob_gap_max` (the largest of the adapters' gaps: one adapter served with the
         wrong weights shows here even when the token-weighted mean hides it),
-        `clip_fraction`, `is_truncated`, `skipped`, `signal_rows`) and per adapter (`adapters[name]`: loss, logprob_gap,
+        `clip_fraction`, `is_truncated`, `skipped`, `signal_rows`: the rows with a gradient, the only ones
+        the learner runs) and per adapter (`adapters[name]`: loss, logprob_gap (over the rows run),
         clip_fraction, is_truncated, entropy (the sampled tokens' mean -log p), grad_norm, tokens, rows, advantage_mean, versions, kl when
         measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
         optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
@@ -282,7 +283,9 @@ class PopulationLearner:
         stats = _Stats()
         if not rows.ids:
             return stats.report(rows, [], [])
-        batches = self._split_pack(rows)
+        signal = self._signal_rows(rows)
+        batches = self._pack(rows, signal)
+        stats.add_silent(rows, sorted(set(range(len(rows.ids))) - set(signal)))
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         skipped: dict[str, str] = {}
@@ -325,7 +328,7 @@ class PopulationLearner:
         rows = self._prepare(rollouts, copy.deepcopy(self.ema))
         if not rows.ids:
             return {}
-        batches = self._split_pack(rows)
+        batches = self._pack(rows, self._signal_rows(rows))
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
         self._zero_grad(active)
@@ -380,22 +383,15 @@ class PopulationLearner:
             rows.versions[r.adapter].add(r.adapter_version)
         return rows
 
-    def _has_signal(self, rows: _Rows, i: int) -> bool:
-        """Whether row i's loss has a gradient: a non-zero advantage, or a KL term.
+    def _signal_rows(self, rows: _Rows) -> list[int]:
+        """The rows whose loss has a gradient: a non-zero advantage, or a KL term.
 
         A row with advantage 0 and no KL (a GRPO group whose rollouts all scored alike, a
-        teacher's task compared with itself) adds exactly zero to every gradient, so it needs
-        no backward: its forward is run without autograd, for the step's metrics alone.
+        teacher's task compared with itself) adds exactly zero to every gradient, so the
+        learner runs no forward for it: a step costs what its learning signal costs.
         """
-        return rows.advantage[i] != 0.0 or (self.cfg.uses_kl and rows.kl_coef[i] > 0)
-
-    def _split_pack(self, rows: _Rows) -> list[_Microbatch]:
-        """The microbatches of rows with a gradient, then those of rows without (`signal` False)."""
-        signal = [self._has_signal(rows, i) for i in range(len(rows.ids))]
-        silent = self._pack(rows, [i for i, s in enumerate(signal) if not s])
-        for batch in silent:
-            batch.signal = False
-        return self._pack(rows, [i for i, s in enumerate(signal) if s]) + silent
+        kl = self.cfg.uses_kl
+        return [i for i, (a, c) in enumerate(zip(rows.advantage, rows.kl_coef)) if a != 0.0 or (kl and c > 0)]
 
     def _pack(self, rows: _Rows, subset: Sequence[int]) -> list[_Microbatch]:
         """Microbatches of the rows in `subset` under the token budget, rows of each ordered by
@@ -515,7 +511,7 @@ class PopulationLearner:
     def _attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
         """A 4D mask as the model's attention takes it: sdpa a boolean one, eager an additive one."""
         base = self.model.base_model
-        if base.config._attn_implementation == "sdpa":
+        if takes_boolean_mask(base):
             return allowed
         return torch.zeros(allowed.shape, dtype=base.dtype).masked_fill(~allowed, torch.finfo(base.dtype).min)
 
@@ -561,10 +557,8 @@ class PopulationLearner:
         for name, m in zip(rows.adapter, rows.completion_len):
             tokens_of[name] += m
         bad: dict[str, str] = {}
-        for index, batch in enumerate(batches):
-            if not batch.signal and stats is None:
-                continue  # no gradient here, and its metrics were taken in the first epoch
-            with torch.enable_grad() if batch.signal else torch.no_grad():
+        with torch.enable_grad():
+            for index, batch in enumerate(batches):
                 t = self._batch_tensors(rows, batch)
                 names = [rows.adapter[i] for i in batch.rows]
                 logp = self._logprobs(t)
@@ -583,12 +577,12 @@ class PopulationLearner:
                 keep = torch.tensor([n in training and n not in bad for n in names], device=self.device)
                 weight = torch.tensor([1.0 / tokens_of[n] for n in names], device=self.device).unsqueeze(-1)
                 use = tm & keep.unsqueeze(-1)
-                if batch.signal and bool(use.any()):
+                if bool(use.any()):
                     torch.where(use, tl.loss * weight, 0.0).sum().backward()
                 if stats is not None:
                     stats.add(names, tm, logp.detach(), t["old"], tl, weight)
         # An adapter whose rows carried no signal has a zero gradient, as a backward over them
-        # would have given it: AdamW still steps it (its moments decay), as it would have.
+        # would have given it: AdamW still steps it (its moments carry it on), as before.
         for name in training:
             if name not in bad:
                 for p in self.model.slot_parameters(self._slot[name]):
@@ -640,6 +634,7 @@ class _Stats:
         self.truncated: dict[str, float] = defaultdict(float)
         self.kl: dict[str, float] = defaultdict(float)
         self.nll: dict[str, float] = defaultdict(float)
+        self.measured: dict[str, int] = defaultdict(int)  # tokens the learner ran (rows with a gradient)
         self.has_kl = False
         self.grad_norm: dict[str, float] = {}
 
@@ -657,6 +652,8 @@ class _Stats:
             self.has_kl = True
             per_row["kl"] = torch.where(token_mask, tl.kl.detach(), zero).sum(-1)
         lists = {k: v.tolist() for k, v in per_row.items()}
+        for name, m in zip(names, token_mask.sum(-1).tolist()):
+            self.measured[name] += int(m)
         for j, name in enumerate(names):
             self.loss[name] += lists["loss"][j]
             self.gap[name] += lists["gap"][j]
@@ -665,6 +662,12 @@ class _Stats:
             self.nll[name] += lists["nll"][j]
             if self.has_kl:
                 self.kl[name] += lists["kl"][j]
+
+    def add_silent(self, rows: _Rows, silent: list[int]) -> None:
+        """Rows the learner did not run (no gradient): their loss is 0, and their entropy is
+        read from the sampler's log-probs, as for every row."""
+        for i in silent:
+            self.nll[rows.adapter[i]] -= sum(rows.sampler_logprobs[i])
 
     def report(self, rows: _Rows, skipped: list[str], batches: list[_Microbatch]) -> dict[str, Any]:
         tokens: dict[str, int] = defaultdict(int)
@@ -676,12 +679,13 @@ class _Stats:
             adv[name] += a
         per = {}
         for name in sorted(tokens):
-            n = tokens[name]
+            n, measured = tokens[name], self.measured[name]
             entry = {
                 "loss": _finite(self.loss[name]),
-                "logprob_gap": _finite(self.gap[name] / n),
-                "clip_fraction": self.clipped[name] / n,
-                "is_truncated": self.truncated[name] / n,  # tokens whose importance weight hit learner.is_cap
+                # over the tokens the learner ran: rows without a gradient are not recomputed
+                "logprob_gap": _finite(self.gap[name] / measured) if measured else None,
+                "clip_fraction": self.clipped[name] / measured if measured else 0.0,
+                "is_truncated": self.truncated[name] / measured if measured else 0.0,  # weight hit learner.is_cap
                 # the sampled tokens' mean -log p: a Monte-Carlo estimate of the policy's
                 # per-token entropy at its sampling temperature; a student whose answers
                 # collapse onto one way of writing them (falling pass@k) shows it here first
@@ -693,21 +697,21 @@ class _Stats:
                 "versions": sorted(rows.versions[name]),
             }
             if self.has_kl:
-                entry["kl"] = _finite(self.kl[name] / n)
+                entry["kl"] = _finite(self.kl[name] / measured) if measured else None
             per[name] = entry
-        total = sum(tokens.values())
-        finite_gap = [(self.gap[n], tokens[n]) for n in per if math.isfinite(self.gap[n])]
+        total, run = sum(tokens.values()), sum(self.measured[n] for n in per)
+        finite_gap = [(self.gap[n], self.measured[n]) for n in per if self.measured[n] and math.isfinite(self.gap[n])]
         return {
             "tokens": total,
             "rows": sum(count.values()),
             "microbatches": len(batches),
-            "signal_rows": sum(len(b.rows) for b in batches if b.signal),  # rows with a gradient (the rest: forward only)
+            "signal_rows": sum(len(b.rows) for b in batches),  # rows with a gradient; the rest were not run
             "loss": _finite(sum(self.loss[n] * tokens[n] for n in per) / total) if total else None,
             "logprob_gap": (sum(g for g, _ in finite_gap) / sum(t for _, t in finite_gap)) if finite_gap else None,
             "logprob_gap_max": max((e["logprob_gap"] for e in per.values() if e["logprob_gap"] is not None),
                                    default=None),
-            "clip_fraction": sum(self.clipped[n] for n in per) / total if total else 0.0,
-            "is_truncated": sum(self.truncated[n] for n in per) / total if total else 0.0,
+            "clip_fraction": sum(self.clipped[n] for n in per) / run if run else 0.0,
+            "is_truncated": sum(self.truncated[n] for n in per) / run if run else 0.0,
             "skipped": skipped,
             "adapters": per,
         }
@@ -725,7 +729,7 @@ def _block_mask(segment: torch.Tensor) -> torch.Tensor:
 
 def _takes_4d_mask(model: nn.Module) -> bool:
     """Whether the model's attention takes a custom 4D mask as given (what packed prompts need)."""
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) in ("sdpa", "eager")
+    return takes_boolean_mask(model) or getattr(getattr(model, "config", None), "_attn_implementation", None) == "eager"
 
 
 def _plain_lm_head(model: nn.Module) -> bool:

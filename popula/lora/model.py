@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from popula.errors import PopulaError
+from popula.lora.attention import use_gqa_sdpa
 from popula.lora.layer import MultiLoRALinear, SiblingGroup, SlotRouting, peft_init_
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = (
@@ -88,6 +89,7 @@ class MultiLoRAModel(nn.Module):
         super().__init__()
         self.base_model = base_model
         self.base_model.requires_grad_(False)
+        use_gqa_sdpa(base_model)  # grouped keys and values without a copy per layer and token
         self.target_modules = tuple(target_modules)
         self.rank = rank
         self.alpha = float(alpha)
