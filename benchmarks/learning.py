@@ -1,25 +1,30 @@
 """Does the population learn a better curriculum than single-agent self-play?
 
     python3 benchmarks/learning.py [--seeds 0 1 2] [--steps N] [--heldout 300] [--samples 4]
-                                   [--trend N] [--jobs 2] [--out DIR] [--docs DIR] [--set KEY=VALUE ...]
+                                   [--trend N] [--humaneval JSONL] [--jobs 2] [--out DIR] [--docs DIR]
+                                   [--population-config YAML] [--single-config YAML] [--set KEY=VALUE ...]
 
 For every seed it runs `configs/tiny-cpu.yaml` (4 teachers + 4 students) and
 `configs/single-agent.yaml` (one adapter that proposes and solves) from the same base, each
 as its own `popula run` process (`--jobs` at a time, the cores shared among them; a run
 already finished or interrupted in OUT is resumed, not restarted). Then it scores, with
 `popula eval`, every student alive at the end of each population run, the single agent's
-adapter and the bare base on one held-out set of generated tasks. The population's headline
-model is its best student by conservative TrueSkill rating (the one a user would pick without
-looking at held-out scores); the weakest live student is reported beside it. Differences
-between models are also measured task by task on the shared held-out set (`popula.eval.paired`):
-the mean per-task difference, its standard error over tasks and its spread over seeds.
+adapter and the bare base on one held-out set of generated tasks. The population is reported
+as PopuLoRA reports it: the mean of its live students, with its weakest beside it (and its
+strongest, and the one its TrueSkill rating would pick), never a hand-picked best.
+Differences between models are measured task by task on the shared held-out set
+(`popula.eval.paired`; the population's mean scores each task by its students' mean): the
+mean per-task difference, its standard error over tasks and its spread over seeds. With
+`--humaneval FILE` every model is also scored on HumanEval (converted to code_f tasks by
+scripts/convert_benchmark.py; one greedy sample, 256 tokens).
 
 The held-out tasks come from the generator's held-out namespace at `--heldout-seed`, a stream
 that neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
 with the same generation settings (samples, temperature, max tokens), printed with the result.
-With `--trend N` every run also scores its live students on the same held-out tasks, with the
-same settings, every N steps while it trains (`heldout.every`, popula.eval.heldout): the table
-and `heldout_trend.png` then show when the held-out gain is made, not only where it ends.
+With `--trend N` every run also scores its live students every N steps while it trains
+(`heldout.every`, popula.eval.heldout), on a smaller held-out set of its own (`--trend-tasks`
+x `--trend-samples` from `--trend-seed`): the table and `heldout_trend.png` show when the gain is
+made. Choose settings on that set, and report on `--heldout-seed`'s, which no decision touched.
 
 Writes OUT/<label>-s<seed>/ (the runs, with <label>-s<seed>.log beside them), OUT/heldout.jsonl,
 OUT/scores/ (one `popula eval --json` report per model), and to DOCS (default OUT/docs):
@@ -44,7 +49,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.eval.paired import PairedDifference, paired_difference  # noqa: E402
+from popula.eval.paired import PairedDifference, mean_report, paired_difference, per_task_pass_at_k  # noqa: E402
 from popula.league import League  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
@@ -101,8 +106,17 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-tokens", type=int, default=96, help="answer tokens for every scored model")
     parser.add_argument("--trend", type=int, default=0, metavar="N",
-                        help="also score each run's live students on the held-out tasks every N steps while it "
-                             "trains (about 12 s a student on 2 cores); 0: only at the end (default)")
+                        help="also score each run's live students every N steps while it trains, on a held-out "
+                             "set of its own (--trend-tasks from --trend-seed); 0: only at the end (default)")
+    parser.add_argument("--trend-tasks", type=int, default=100, help="held-out tasks of the in-run probe")
+    parser.add_argument("--trend-samples", type=int, default=2, help="answers per task of the in-run probe")
+    parser.add_argument("--trend-seed", type=int, default=987_654,
+                        help="the probe's held-out seed: the set settings are chosen on; report on another "
+                             "(--heldout-seed) that no decision has touched")
+    parser.add_argument("--humaneval", type=Path, default=None, metavar="JSONL",
+                        help="also score every model on this HumanEval file (e.g. ../shared/data/HumanEval.jsonl), "
+                             "converted to code_f tasks, one greedy sample each")
+    parser.add_argument("--humaneval-max-tokens", type=int, default=256)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="runs (and evaluations) at once; small models leave cores idle, so 2 on 2 cores "
                              "finish sooner than one after another (default: min(2, cores))")
@@ -121,6 +135,8 @@ def main() -> None:
         parser.error("--jobs must be at least 1")
     if args.trend < 0:
         parser.error("--trend must be >= 0")
+    if args.humaneval is not None and not args.humaneval.is_file():
+        parser.error(f"no HumanEval file {args.humaneval}")
     for path in (args.population_config, args.single_config):
         if not path.is_file():
             parser.error(f"no config file {path}")
@@ -151,6 +167,8 @@ def main() -> None:
     reports = {t: json.loads(path.read_text()) for t, path in evals.items()}
 
     summary = _summarize(args, reports, run_dirs, curves)
+    if args.humaneval is not None:
+        summary["humaneval"] = _humaneval(args, targets, summary, scores_dir)
     (docs / "learning.json").write_text(json.dumps(summary, indent=1) + "\n")
     table = format_table(summary)
     _plot(curves, docs)
@@ -169,23 +187,46 @@ def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -
 
 
 def _trend_settings(args: argparse.Namespace) -> list[str]:
-    """The run's held-out probe on the benchmark's own held-out set and settings (none without --trend)."""
+    """The runs' held-out probe: its own set, the benchmark's sampling settings (none without --trend)."""
     if not args.trend:
         return []
-    return [f"heldout.every={args.trend}", f"heldout.tasks={args.heldout}", f"heldout.seed={args.heldout_seed}",
-            f"heldout.samples={args.samples}", f"heldout.temperature={args.temperature}",
+    return [f"heldout.every={args.trend}", f"heldout.tasks={args.trend_tasks}", f"heldout.seed={args.trend_seed}",
+            f"heldout.samples={args.trend_samples}", f"heldout.temperature={args.temperature}",
             f"heldout.max_tokens={args.max_tokens}"]
 
 
-def _trend(rows: list[dict]) -> dict[int, float]:
-    """Step -> pass@1 of the student the run's league ranked first at that step (probed steps only)."""
-    return {r["step"]: r["heldout"]["best_pass1"] for r in rows if "heldout" in r}
+def _trend(rows: list[dict]) -> dict[int, dict]:
+    """Step -> the probe's figures at that step (probed steps only): its set, and the live students' pass@1."""
+    return {r["step"]: r["heldout"] for r in rows if "heldout" in r}
 
 
-def _eval_job(args: argparse.Namespace, heldout: Path, target: Target, out: Path) -> Job:
+def _trend_summary(runs: list[list[dict]]) -> dict | None:
+    """The held-out probe over the steps every seed probed: the mean and the weakest live student's pass@1."""
+    trends = [_trend(rows) for rows in runs]
+    steps = sorted(set.intersection(*(set(t) for t in trends))) if trends else []
+    if not steps:
+        return None
+    first = trends[0][steps[0]]
+
+    def pass1(t: dict) -> list[float]:
+        return [s["pass1"] for s in t["students"].values()]
+
+    return {"steps": steps, "tasks": first["tasks"], "samples": first["samples"],
+            "mean_pass1": [[statistics.fmean(pass1(t[s])) for t in trends] for s in steps],
+            "weakest_pass1": [[min(pass1(t[s])) for t in trends] for s in steps]}
+
+
+def _trend_set(trend: dict) -> str:
+    return f"the runs' own probe: {trend['tasks']} held-out tasks x {trend['samples']} samples"
+
+
+def _eval_job(args: argparse.Namespace, heldout: Path, target: Target, out: Path, *, samples: int | None = None,
+              temperature: float | None = None, max_tokens: int | None = None) -> Job:
+    """`popula eval` of one target on a task file; the benchmark's sampling settings unless told."""
     argv = [sys.executable, "-m", "popula", "eval", target.spec, "--tasks", str(heldout),
-            "--samples", str(args.samples), "--temperature", str(args.temperature),
-            "--max-tokens", str(args.max_tokens), "--json", "--per-task"]
+            "--samples", str(samples or args.samples),
+            "--temperature", str(args.temperature if temperature is None else temperature),
+            "--max-tokens", str(max_tokens or args.max_tokens), "--json", "--per-task"]
     argv += ["--adapter", target.adapter] if target.adapter else []
     return Job(f"eval {out.stem}", argv, out.with_suffix(".log"), stdout=out)
 
@@ -231,6 +272,30 @@ def run_all(jobs: list[Job], parallel: int) -> None:
             print(f"[{time.strftime('%H:%M:%S')}] done  {job.name} in {time.monotonic() - started:.0f} s", flush=True)
 
 
+HUMANEVAL = {"samples": 1, "temperature": 0.0}  # greedy, one sample: as docs/results/smollm2 scored the bases
+
+
+def _humaneval(args: argparse.Namespace, targets: list[Target], summary: dict, scores_dir: Path) -> dict:
+    """Every model's HumanEval pass@1 (the file converted to code_f tasks once), per seed, by the
+    summary's models: the population's mean over its live students, and the very members the
+    held-out set named weakest, strongest and the rating's pick."""
+    tasks = args.out / "humaneval.jsonl"
+    if not tasks.exists():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_benchmark.py"), "--format", "humaneval",
+                        str(args.humaneval), str(tasks)], check=True, cwd=ROOT)
+    evals = {t: scores_dir / f"humaneval-{t.file_name}" for t in targets}
+    run_all([_eval_job(args, tasks, t, path, max_tokens=args.humaneval_max_tokens, **HUMANEVAL)
+             for t, path in evals.items() if not _complete(path)], args.jobs)
+    score = {(t.label, t.seed, t.adapter): json.loads(path.read_text())["overall"]["pass_at_1"] for t, path in evals.items()}
+    out: dict[str, list[float]] = {"base": [score["base", None, None]]}
+    for key in ("single", "weakest", "strongest", "rating"):
+        out[key] = [score[tuple(target)] for target in summary[key]["targets"]]
+    out["population"] = [statistics.fmean(v for (label, seed, _), v in score.items()
+                                          if label == "population" and seed == s) for s in args.seeds]
+    return {"tasks": sum(1 for _ in tasks.open()), "max_tokens": args.humaneval_max_tokens, **HUMANEVAL,
+            "pass1": {key: out[key] for key in MODELS}}
+
+
 def _pass(report: dict) -> dict:
     return {"pass1": report["overall"]["pass_at_1"], "passk": report["overall"]["pass_at_k"],
             "by_type": {t: g["pass_at_1"] for t, g in report["by_type"].items()}}
@@ -247,48 +312,74 @@ def _window(rows: list[dict], key: str, last: bool) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _mean_pass(scores: list[dict], model: str) -> dict:
+    """The mean of several models' `_pass` figures (a population's live students)."""
+    types = sorted({t for r in scores for t in r["by_type"]})
+    return {"pass1": statistics.fmean(r["pass1"] for r in scores), "passk": statistics.fmean(r["passk"] for r in scores),
+            "by_type": {t: statistics.fmean(r["by_type"].get(t, 0.0) for r in scores) for t in types}, "model": model}
+
+
+MODELS = {  # summary key -> table label, in table order
+    "base": "bare base", "single": "single agent",
+    "population": "population: mean of the live students", "weakest": "population: weakest live student",
+    "strongest": "population: strongest live student", "rating": "population: the rating's pick",
+}
+
+
 def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: dict[tuple[str, int], Path],
                curves: dict[str, list[list[dict]]]) -> dict:
+    """The population is reported as PopuLoRA reports it: the mean of its live students, with the
+    weakest beside it (and the strongest, and the one its rating would pick); never a hand-picked best."""
     bare = next(r for t, r in reports.items() if t.seed is None)
     base = _pass(bare)
     out: dict = {"seeds": args.seeds, "heldout": {"tasks": args.heldout, "seed": args.heldout_seed,
                                                   "samples": args.samples, "temperature": args.temperature,
                                                   "max_tokens": args.max_tokens}}
-    picked: dict[str, list[dict]] = {"base": [base], "single": [], "population": [], "weakest": []}
-    headline: dict[str, list[dict]] = {"single": [], "population": []}  # the reports compared task by task
+    picked: dict[str, list[dict]] = {key: [] for key in MODELS}
+    picked["base"].append(base)
+    compared: dict[str, list[dict]] = {"single": [], "population": [], "weakest": []}  # reports paired task by task
     students_above_base = []
     for (label, seed), run_dir in run_dirs.items():
         run_reports = {t.adapter: r for t, r in reports.items() if (t.label, t.seed) == (label, seed)}
         mine = {name: _pass(r) for name, r in run_reports.items()}
-        best = best_student(run_dir)
-        picked[label].append({**mine[best], "model": f"{run_dir.name}/{best}"})
-        headline[label].append(run_reports[best])
-        if label == "population":
-            weakest = min(mine, key=lambda n: mine[n]["pass1"])
-            picked["weakest"].append({**mine[weakest], "model": f"{run_dir.name}/{weakest}"})
-            students_above_base.append(sum(s["pass1"] > base["pass1"] for s in mine.values()) / len(mine))
-    for label, runs in picked.items():
+        if label == "single":
+            best = best_student(run_dir)
+            picked["single"].append({**mine[best], "model": f"{run_dir.name}/{best}", "target": [label, seed, best]})
+            compared["single"].append(run_reports[best])
+            continue
+        ranked = sorted(mine, key=lambda n: mine[n]["pass1"])
+        for key, name in (("weakest", ranked[0]), ("strongest", ranked[-1]), ("rating", best_student(run_dir))):
+            picked[key].append({**mine[name], "model": f"{run_dir.name}/{name}", "target": [label, seed, name]})
+        picked["population"].append(_mean_pass(list(mine.values()), f"{run_dir.name}: mean of {len(mine)}"))
+        compared["population"].append(mean_report(list(run_reports.values()), f"{run_dir.name}: mean"))
+        compared["weakest"].append(run_reports[ranked[0]])
+        students_above_base.append(sum(s["pass1"] > base["pass1"] for s in mine.values()) / len(mine))
+    for key, runs in picked.items():
         types = sorted({t for r in runs for t in r["by_type"]})
-        out[label] = {"pass1": _mean_sd([r["pass1"] for r in runs]), "passk": _mean_sd([r["passk"] for r in runs]),
-                      "by_type": {t: _mean_sd([r["by_type"].get(t, 0.0) for r in runs]) for t in types},
-                      "models": [r.get("model", "bare base") for r in runs]}
+        out[key] = {"pass1": _mean_sd([r["pass1"] for r in runs]), "passk": _mean_sd([r["passk"] for r in runs]),
+                    "by_type": {t: _mean_sd([r["by_type"].get(t, 0.0) for r in runs]) for t in types},
+                    "models": [r.get("model", "bare base") for r in runs],
+                    "targets": [r.get("target") for r in runs]}  # (run label, seed, member) of one scored model
     out["population"]["students_above_base"] = students_above_base
     for label, runs in curves.items():
         out[label]["curves"] = {key: {"first": [_window(r, key, False) for r in runs],
                                       "last": [_window(r, key, True) for r in runs]} for key in SERIES}
         out[label]["logprob_gap_max"] = max((r.get("logprob_gap_max") or 0.0) for rows in runs for r in rows)
-        trends = [_trend(rows) for rows in runs]
-        steps = sorted(set.intersection(*(set(t) for t in trends))) if trends else []
-        if steps:
-            out[label]["trend"] = {"steps": steps, "best_pass1": [[t[s] for t in trends] for s in steps]}
+        trend = _trend_summary(runs)
+        if trend:
+            out[label]["trend"] = trend
     pop, single = out["population"]["pass1"]["values"], out["single"]["pass1"]["values"]
     out["population_beats_single"] = {"seeds": sum(p > s for p, s in zip(pop, single)), "of": len(pop),
                                       "mean_diff": statistics.fmean(pop) - statistics.fmean(single)}
     bare_per_seed = [bare] * len(args.seeds)
     out["paired"] = {name: paired_difference(a, b).to_json() for name, (a, b) in {
-        "population - single": (headline["population"], headline["single"]),
-        "population - base": (headline["population"], bare_per_seed),
-        "single - base": (headline["single"], bare_per_seed)}.items()}
+        "population mean - single": (compared["population"], compared["single"]),
+        "population weakest - single": (compared["weakest"], compared["single"]),
+        "population mean - base": (compared["population"], bare_per_seed),
+        "single - base": (compared["single"], bare_per_seed)}.items()}
+    out["passk_paired"] = {name: paired_difference(a, b, per_task_pass_at_k).to_json() for name, (a, b) in {
+        "population weakest - base": (compared["weakest"], bare_per_seed),
+        "single - base": (compared["single"], bare_per_seed)}.items()}
     return out
 
 
@@ -297,13 +388,17 @@ def format_table(summary: dict) -> str:
     lines = [f"held-out: {h['tasks']} generated tasks (seed {h['seed']}), {h['samples']} samples at T={h['temperature']}, "
              f"max {h['max_tokens']} tokens, the same for every model; seeds {summary['seeds']}",
              "", "| model | pass@1 | pass@k | code_o | code_i | code_f |", "|---|---|---|---|---|---|"]
-    for label in ("base", "single", "population", "weakest"):
-        s = summary[label]
+    for key, name in MODELS.items():
+        s = summary[key]
         cell = lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f}"  # noqa: E731
         by_type = [cell(s["by_type"][t]) if t in s["by_type"] else "-" for t in ("code_o", "code_i", "code_f")]
-        name = {"base": "bare base", "single": "single agent", "population": "population best student (rating)",
-                "weakest": "population weakest live student"}[label]
         lines.append(f"| {name} | {cell(s['pass1'])} | {cell(s['passk'])} | " + " | ".join(by_type) + " |")
+    if "humaneval" in summary:
+        he = summary["humaneval"]
+        lines += ["", f"HumanEval ({he['tasks']} problems as code_f tasks, {he['samples']} sample, T={he['temperature']}, "
+                      f"max {he['max_tokens']} tokens), pass@1 per seed:", "", "| model | pass@1 |", "|---|---|"]
+        lines += [f"| {MODELS[key]} | " + ", ".join(f"{v:.3f}" for v in values) + " |"
+                  for key, values in he["pass1"].items()]
     lines += ["", f"| curve (mean of first / last {WINDOW} steps, per seed) | population | single agent |", "|---|---|---|"]
     for key, title in SERIES.items():
         cells = []
@@ -315,19 +410,21 @@ def format_table(summary: dict) -> str:
     b = summary["population_beats_single"]
     above = ", ".join(f"{f:.0%}" for f in summary["population"]["students_above_base"])
     lines += ["", f"live population students above the bare base's pass@1, per seed: {above}"]
-    lines += ["", f"population best student above the single agent in {b['seeds']} of {b['of']} seeds "
+    lines += ["", f"population mean above the single agent in {b['seeds']} of {b['of']} seeds "
                   f"(mean difference {b['mean_diff']:+.3f} pass@1); largest logprob_gap_max: population "
                   f"{summary['population']['logprob_gap_max']:.1e}, single {summary['single']['logprob_gap_max']:.1e}"]
     if "trend" in summary["population"] and "trend" in summary["single"]:
         pop, single = summary["population"]["trend"], summary["single"]["trend"]
-        lines += ["", "held-out pass@1 while training (the student rated best at that step; mean of seeds):", "",
-                  "| step | population | single agent |", "|---|---|---|"]
-        by_step = dict(zip(single["steps"], single["best_pass1"]))
-        lines += [f"| {step} | {statistics.fmean(p):.3f} | "
+        lines += ["", f"held-out pass@1 while training ({_trend_set(pop)}; mean of seeds):", "",
+                  "| step | population mean | population weakest | single agent |", "|---|---|---|---|"]
+        by_step = dict(zip(single["steps"], single["mean_pass1"]))
+        lines += [f"| {step} | {statistics.fmean(m):.3f} | {statistics.fmean(w):.3f} | "
                   + (f"{statistics.fmean(by_step[step]):.3f}" if step in by_step else "-") + " |"
-                  for step, p in zip(pop["steps"], pop["best_pass1"])]
-    lines += ["", "paired pass@1 differences on the same held-out tasks (population: its best student by rating):"]
-    lines += [f"- {name}: {PairedDifference(**d).describe()}" for name, d in summary["paired"].items()]
+                  for step, m, w in zip(pop["steps"], pop["mean_pass1"], pop["weakest_pass1"])]
+    lines += ["", "paired differences on the same held-out tasks (the population mean: each task scored by its "
+                  "live students' mean):"]
+    lines += [f"- pass@1 {name}: {PairedDifference(**d).describe()}" for name, d in summary["paired"].items()]
+    lines += [f"- pass@k {name}: {PairedDifference(**d).describe()}" for name, d in summary["passk_paired"].items()]
     return "\n".join(lines)
 
 
@@ -358,7 +455,7 @@ def _plot(curves: dict[str, list[list[dict]]], docs: Path) -> None:
 
 
 def _plot_trend(summary: dict, docs: Path) -> None:
-    """held-out pass@1 over steps, population against single agent, the bare base as a line (with --trend)."""
+    """held-out pass@1 over steps (the runs' probe), population mean and weakest against the single agent."""
     if not all("trend" in summary[label] for label in RUNS):
         return
     import matplotlib
@@ -367,19 +464,16 @@ def _plot_trend(summary: dict, docs: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    base = summary["base"]["pass1"]["mean"]
-    ax.axhline(base, color="0.5", ls="--", lw=1, label="bare base")
-    for label, color in (("population", "C0"), ("single", "C1")):
+    for label, key, color, style in (("population", "mean_pass1", "C0", "-"), ("population", "weakest_pass1", "C0", ":"),
+                                     ("single", "mean_pass1", "C1", "-")):
         trend = summary[label]["trend"]
-        # step 0: every adapter starts at zero (LoRA B = 0), so every student is the bare base
-        steps = [0, *trend["steps"]]
-        for seed_values in zip(*trend["best_pass1"]):
-            ax.plot(steps, [base, *seed_values], color=color, alpha=0.25)
-        ax.plot(steps, [base, *(statistics.fmean(v) for v in trend["best_pass1"])], color=color, lw=2, marker="o",
-                label=f"{label} (student rated best at the step; mean of {len(trend['best_pass1'][0])} seeds)")
-    h = summary["heldout"]
+        for seed_values in zip(*trend[key]):
+            ax.plot(trend["steps"], seed_values, color=color, ls=style, alpha=0.25)
+        name = {"mean_pass1": "mean" if label == "population" else "", "weakest_pass1": "weakest"}[key]
+        ax.plot(trend["steps"], [statistics.fmean(v) for v in trend[key]], color=color, ls=style, lw=2, marker="o",
+                label=f"{label} {name} (mean of {len(trend[key][0])} seeds)".replace("  ", " "))
     ax.set_xlabel("step")
-    ax.set_title(f"held-out pass@1 ({h['tasks']} tasks, {h['samples']} samples, T={h['temperature']})")
+    ax.set_title(f"held-out pass@1 while training ({_trend_set(summary['population']['trend'])})", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(docs / "heldout_trend.png", dpi=100)

@@ -70,6 +70,17 @@ def per_task_pass_at_k(report: dict[str, Any]) -> dict[str, float]:
     return {t["id"]: pass_at_k(t["samples"], t["correct"], report["k"]) for t in _task_counts(report)}
 
 
+def mean_report(reports: Sequence[dict[str, Any]], model: str) -> dict[str, Any]:
+    """One `--per-task` report whose every task scores the mean pass@1 of `reports` (the live
+    members of a population): the population's mean, compared task by task like one model."""
+    rates = [per_task_pass1(r) for r in reports]
+    ids = sorted(rates[0])
+    if any(sorted(r) != ids for r in rates):
+        raise PopulaError(f"{model}: the members were scored on different tasks; score them on one task file")
+    return {"model": model, "k": 1,
+            "per_task": [{"id": t, "samples": 1, "correct": statistics.fmean(r[t] for r in rates)} for t in ids]}
+
+
 def paired_difference(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]],
                       per_task: Callable[[dict[str, Any]], dict[str, float]] = per_task_pass1) -> PairedDifference:
     """A minus B, seed by seed (`a[i]` against `b[i]`), over the tasks both were scored on.

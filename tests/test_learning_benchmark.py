@@ -1,0 +1,81 @@
+"""benchmarks/learning.py reports a population as PopuLoRA does: the mean of its live students
+with the weakest beside it, compared task by task with the single agent and the bare base."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from popula.eval.evaluate import TaskScore
+from popula.league import League
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("learning_benchmark", ROOT / "benchmarks" / "learning.py")
+learning = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = learning  # dataclasses look their module up
+spec.loader.exec_module(learning)
+
+
+def report(correct: dict[str, int], samples: int = 4) -> dict:
+    tasks = [asdict(TaskScore(t, "code_o", samples, samples, c)) for t, c in correct.items()]
+    n = len(tasks)
+    pass1 = sum(c / samples for c in correct.values()) / n
+    passk = sum(c > 0 for c in correct.values()) / n
+    return {"model": "m", "k": samples, "per_task": tasks, "overall": {"pass_at_1": pass1, "pass_at_k": passk},
+            "by_type": {"code_o": {"pass_at_1": pass1}}}
+
+
+def run_dir(root: Path, name: str, students: dict[str, float]) -> Path:
+    """A run folder whose league rates its students in the given order of mu."""
+    path = root / name
+    path.mkdir()
+    league = League()
+    for member, mu in students.items():
+        league.add_member(member, "student")
+        league.members[member].mu = mu
+    league.save(path / "league.json")
+    return path
+
+
+def test_the_population_is_its_students_mean_with_the_weakest_beside_it(tmp_path):
+    args = argparse.Namespace(seeds=[0], heldout=2, heldout_seed=9, samples=4, temperature=0.8, max_tokens=96)
+    runs = {("population", 0): run_dir(tmp_path, "population-s0", {"S0": 30.0, "S1": 20.0}),
+            ("single", 0): run_dir(tmp_path, "single-s0", {"S0": 25.0})}
+    T = learning.Target
+    reports = {
+        T("base", None, "base"): report({"t1": 0, "t2": 1}),
+        T("population", 0, "run", "S0"): report({"t1": 1, "t2": 1}),  # rated best, weaker on the held-out set
+        T("population", 0, "run", "S1"): report({"t1": 4, "t2": 3}),
+        T("single", 0, "run", "S0"): report({"t1": 2, "t2": 2}),
+    }
+    curves = {"population": [[{"step": 1}]], "single": [[{"step": 1}]]}
+    summary = learning._summarize(args, reports, runs, curves)
+    assert summary["population"]["pass1"]["mean"] == pytest.approx((2 / 8 + 7 / 8) / 2)
+    assert summary["weakest"]["pass1"]["mean"] == pytest.approx(2 / 8)
+    assert summary["strongest"]["pass1"]["mean"] == pytest.approx(7 / 8)
+    assert summary["rating"]["models"] == ["population-s0/S0"]  # the rating's pick is not the headline
+    paired = summary["paired"]
+    assert paired["population mean - single"]["mean"] == pytest.approx(9 / 16 - 4 / 8)
+    assert paired["population weakest - single"]["mean"] == pytest.approx(2 / 8 - 4 / 8)
+    assert paired["population mean - base"]["mean"] == pytest.approx(9 / 16 - 1 / 8)
+    assert summary["population_beats_single"] == {"seeds": 1, "of": 1, "mean_diff": pytest.approx(9 / 16 - 4 / 8)}
+    table = learning.format_table(summary)
+    assert "population: mean of the live students | 0.562" in table and "weakest live student | 0.250" in table
+    json.dumps(summary)  # learning.json
+
+
+def test_the_in_run_probe_reports_the_mean_and_the_weakest_student_at_each_probed_step():
+    def probe(step: int, s0: float, s1: float) -> dict:
+        return {"step": step, "heldout": {"tasks": 100, "samples": 2, "students": {"S0": {"pass1": s0}, "S1": {"pass1": s1}}}}
+
+    runs = [[probe(15, 0.2, 0.4), {"step": 16}, probe(30, 0.3, 0.5)], [probe(15, 0.1, 0.1), probe(30, 0.2, 0.4)]]
+    trend = learning._trend_summary(runs)
+    assert trend["steps"] == [15, 30] and (trend["tasks"], trend["samples"]) == (100, 2)
+    assert trend["mean_pass1"] == [[pytest.approx(0.3), pytest.approx(0.1)], [pytest.approx(0.4), pytest.approx(0.3)]]
+    assert trend["weakest_pass1"] == [[0.2, 0.1], [0.3, 0.2]]
