@@ -6,8 +6,10 @@ a mask, as every popula forward has (left padding in decoding, the block mask of
 prompts in training), it first repeats each key/value head for its query heads. In decoding
 that copies the whole static cache of every layer at every token: SmolLM2-135M (9 query, 3
 key/value heads) spent about a fifth of a CPU decode step in those copies
-(docs/results/step-cost). torch's CPU and CUDA kernels take the mask and `enable_gqa`
-together, with the same result to rounding, so `GQA_SDPA` always does.
+(docs/results/step-cost). torch's CPU kernel takes the mask and `enable_gqa` together, with
+the same result, so on a CPU `GQA_SDPA` always does. On other devices it is transformers' sdpa
+unchanged: there a mask with `enable_gqa` falls back to the math kernel, which materialises the
+scores the memory-efficient kernel (over repeated heads) does not.
 
 It is registered with transformers under its own name, with the sdpa mask (a boolean 4D
 mask, as "sdpa" gets); `use_gqa_sdpa` switches a model that runs "sdpa" to it.
@@ -27,9 +29,9 @@ GQA_SDPA = "popula_gqa_sdpa"
 def gqa_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                        **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' sdpa attention, except that under a mask grouped keys and values go to the
-    kernel as they are (the case it would repeat them in); every other case is its own."""
-    if (getattr(module, "num_key_value_groups", 1) == 1 or attention_mask is None
+    """transformers' sdpa attention, except that on a CPU under a mask grouped keys and values go
+    to the kernel as they are (the case it would repeat them in); every other case is its own."""
+    if (query.device.type != "cpu" or getattr(module, "num_key_value_groups", 1) == 1 or attention_mask is None
             or kwargs.get("position_bias") is not None or key.shape[-1] != value.shape[-1]):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
