@@ -79,3 +79,25 @@ def test_the_in_run_probe_reports_the_mean_and_the_weakest_student_at_each_probe
     assert trend["steps"] == [15, 30] and (trend["tasks"], trend["samples"]) == (100, 2)
     assert trend["mean_pass1"] == [[pytest.approx(0.3), pytest.approx(0.1)], [pytest.approx(0.4), pytest.approx(0.3)]]
     assert trend["weakest_pass1"] == [[0.2, 0.1], [0.3, 0.2]]
+
+
+def test_a_ranking_signal_is_scored_against_held_out_and_against_the_held_out_sets_own_halves():
+    """benchmarks/ranking_signal.py: Spearman of rating and exam with held-out pass@1, and the
+    held-out set's split-half agreement, its ceiling."""
+    spec = importlib.util.spec_from_file_location("ranking_signal", ROOT / "benchmarks" / "ranking_signal.py")
+    ranking = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = ranking
+    spec.loader.exec_module(ranking)
+
+    def member(name: str, correct: list[int], conservative: float, exam: float) -> tuple[dict, dict]:
+        held = {**report({f"t{i}": c for i, c in enumerate(correct)}), "member": name,
+                "rating": {"conservative": conservative}}
+        return held, {"member": name, "overall": {"pass_at_1": exam}}
+
+    # three students, clearly apart on every task: the held-out set agrees with itself
+    members = [member("S0", [0] * 10, 3.0, 0.5), member("S1", [2] * 10, 2.0, 0.1), member("S2", [4] * 10, 1.0, 0.9)]
+    row = ranking.measure(Path("run"), {"members": [h for h, _ in members]}, {"members": [e for _, e in members]})
+    assert row["rating"] == pytest.approx(-1.0)  # the rating orders them backwards
+    assert row["exam"] == pytest.approx(0.5)
+    assert row["split_half"] == pytest.approx(1.0)
+    assert row["spread"]["strongest_minus_weakest"] == pytest.approx(1.0) and row["spread"]["se"] == 0.0
