@@ -53,3 +53,13 @@ def test_student_entropy_is_the_mean_negative_log_prob_over_every_answer_token()
     assert sampled_entropy(answers) == (0.5 + 1.0 + 1.5 + 3.0) / 4  # token-weighted, not a mean of answers
     assert sampled_entropy([]) is None
     assert row(proposal(SHALLOW, True))["student_entropy"] is None  # a step no student answered
+
+
+def test_completion_lengths_say_how_long_each_role_writes_and_how_often_it_hits_its_cap():
+    from popula.run.step_metrics import completion_lengths
+
+    samples = [Sample([1] * 3, "", [-0.1] * 3, "stop"), Sample([1] * 8, "", [-0.1] * 8, "length")]
+    assert completion_lengths(samples) == {"mean": 5.5, "max": 8, "capped": 0.5}
+    assert completion_lengths([]) is None
+    assert row(proposal(SHALLOW, True))["completion_tokens"] == {
+        "teacher": {"mean": 1.0, "max": 1, "capped": 0.0}, "student": None}

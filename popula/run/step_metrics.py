@@ -27,6 +27,20 @@ def sampled_entropy(samples: Sequence[Sample]) -> float | None:
     return -sum(sum(s.logprobs) for s in samples) / tokens if tokens else None
 
 
+def completion_lengths(samples: Sequence[Sample]) -> dict[str, Any] | None:
+    """Completion tokens of one role's samples: mean, longest, and the share cut at max_tokens.
+
+    Why: a generate call decodes as many positions as its longest row, one forward each, so
+    one completion that runs to its cap costs the whole call that many forwards; `capped`
+    says how often the role does so (a teacher that rambles past its task, a student that
+    never closes its answer)."""
+    if not samples:
+        return None
+    lengths = [len(s.token_ids) for s in samples]
+    return {"mean": float(np.mean(lengths)), "max": max(lengths),
+            "capped": sum(s.finish_reason == "length" for s in samples) / len(samples)}
+
+
 def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
     """How informative this step's matches were: predicted against realised outcomes.
 
@@ -77,6 +91,8 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "distinct_forms": distinct_form_rate([p.task.program for p in valid]),
         "logprob_gap_max": learn.get("logprob_gap_max"),
         "tokens_generated": tokens,
+        "completion_tokens": {"teacher": completion_lengths([p.sample for p in game.proposals]),
+                              "student": completion_lengths([a.sample for a in attempts])},
         "verify_per_s": round(game.verified / game.verify_s, 1) if game.verify_s > 0 else None,
         "league": league_figures(matches),
         "evolved": evolved,
