@@ -19,7 +19,9 @@ with a BPE tokenizer trained on the compact task format. A random base writes no
 task, so the tasks the students solve are real generated tasks standing in for the
 teachers' proposals (validated by the sandbox as proposals are), and each rollout's
 answer is judged as written (its first line when no answer parses): the verifier does
-the work of a run with real models. Rewards come from `popula.rewards`.
+the work of a run with real models. Rewards come from `popula.rewards`; every rollout then
+trains with an advantage of +-1, since the learner runs only rows with a gradient and nearly
+every reward of a random model is 0.
 
 Rounds interleave single and population steps after a warm-up round, in one process, so a
 busy shared machine slows both alike; medians over rounds are reported, and the ratio of
@@ -203,6 +205,11 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
                                 adapter_version=refs[t].version,
                                 reward=teacher_reward(verdict.valid, solve_rate(correct) if verdict.valid else None)))
 
+    # The learner runs only rows with a gradient; with these random-weight models nearly every
+    # reward is 0, so without this the learn phase would time almost nothing. Every row gets
+    # an advantage of +-1 (alternating): the update's cost per row, whatever the rewards were.
+    for k, r in enumerate(rollouts):
+        r.advantage = 1.0 if k % 2 else -1.0
     mismatch = sampler_mismatch(side.learner, rollouts, LEARNER.clip_eps)  # untimed: one extra no-grad forward
     t0, c0 = time.perf_counter(), time.process_time()
     metrics = side.learner.step(rollouts)
