@@ -96,7 +96,8 @@ def test_one_learner_step_and_generation_with_the_new_adapter(world, engine):
     # same seed, same first token drawn from a different distribution: the new version is served
     assert moved.logprobs[0] != pytest.approx(old.logprobs[0], abs=1e-6) or moved.token_ids != old.token_ids
     # and the learner agrees with the engine about the new version's policy
-    check = learner.step([Rollout(adapter=name, prompt_ids=prompt, completion_ids=moved.token_ids,
-                                  sampler_logprobs=moved.logprobs, adapter_version=new.version, group="h",
-                                  advantage=0.0)])
-    assert check["logprob_gap"] < (1e-4 if kind == "torch" else 2e-3)
+    trained = learner.logprobs([Rollout(adapter=name, prompt_ids=prompt, completion_ids=moved.token_ids,
+                                        sampler_logprobs=moved.logprobs, adapter_version=new.version, group="h",
+                                        advantage=0.0)])[0]
+    gap = sum(abs(a - b) for a, b in zip(trained, moved.logprobs)) / len(trained)
+    assert gap < (1e-4 if kind == "torch" else 2e-3)
