@@ -464,14 +464,14 @@ def _plot_trend(summary: dict, docs: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for label, key, color, style in (("population", "mean_pass1", "C0", "-"), ("population", "weakest_pass1", "C0", ":"),
-                                     ("single", "mean_pass1", "C1", "-")):
+    for label, key, name, color, style in (("population", "mean_pass1", "population mean", "C0", "-"),
+                                           ("population", "weakest_pass1", "population weakest", "C0", ":"),
+                                           ("single", "mean_pass1", "single agent", "C1", "-")):
         trend = summary[label]["trend"]
         for seed_values in zip(*trend[key]):
             ax.plot(trend["steps"], seed_values, color=color, ls=style, alpha=0.25)
-        name = {"mean_pass1": "mean" if label == "population" else "", "weakest_pass1": "weakest"}[key]
         ax.plot(trend["steps"], [statistics.fmean(v) for v in trend[key]], color=color, ls=style, lw=2, marker="o",
-                label=f"{label} {name} (mean of {len(trend[key][0])} seeds)".replace("  ", " "))
+                label=f"{name} (mean of {len(trend[key][0])} seeds)")
     ax.set_xlabel("step")
     ax.set_title(f"held-out pass@1 while training ({_trend_set(summary['population']['trend'])})", fontsize=8)
     ax.legend(fontsize=7)
