@@ -114,7 +114,7 @@ def main() -> None:
                         help="the probe's held-out seed: the set settings are chosen on; report on another "
                              "(--heldout-seed) that no decision has touched")
     parser.add_argument("--humaneval", type=Path, default=None, metavar="JSONL",
-                        help="also score every model on this HumanEval file (e.g. ../shared/data/HumanEval.jsonl), "
+                        help="also score every model on this HumanEval file (e.g. ../shared/data/HumanEval.jsonl.gz), "
                              "converted to code_f tasks, one greedy sample each")
     parser.add_argument("--humaneval-max-tokens", type=int, default=256)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),

@@ -1,6 +1,6 @@
 """Convert a code benchmark's JSONL into Popula task records (docs/design.md § Task records) for `popula eval`.
 
-    python3 scripts/convert_benchmark.py --format humaneval HumanEval.jsonl humaneval_tasks.jsonl
+    python3 scripts/convert_benchmark.py --format humaneval HumanEval.jsonl.gz humaneval_tasks.jsonl
     popula eval RUN_DIR --tasks humaneval_tasks.jsonl --samples 4
 
 Formats (one JSON object per line, the fields each benchmark publishes):
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gzip
 import json
 import re
 import sys
@@ -149,16 +150,24 @@ def convert(lines: Iterator[str], fmt: str, source: str = "input") -> tuple[list
     return records, skipped
 
 
+def read_text(path: Path) -> str:
+    """The file's text; a `.gz` file (how HumanEval and MBPP are published) is decompressed first."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text(encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--format", required=True, choices=sorted(CONVERTERS))
-    parser.add_argument("source", help="the benchmark's JSONL file")
+    parser.add_argument("source", help="the benchmark's JSONL file (gzipped if its name ends in .gz, as published)")
     parser.add_argument("out", help="where to write the task records")
     args = parser.parse_args(argv)
     try:
-        text = Path(args.source).read_text(encoding="utf-8")
-    except OSError as err:
-        print(f"convert_benchmark: error: {args.source}: {err.strerror or err}", file=sys.stderr)
+        text = read_text(Path(args.source))
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        print(f"convert_benchmark: error: {args.source}: {getattr(err, 'strerror', None) or err}", file=sys.stderr)
         return 2
     records, skipped = convert(iter(text.splitlines()), args.format, args.source)
     for message in skipped:

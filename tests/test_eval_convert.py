@@ -8,6 +8,7 @@ each problem's own reference solution passes it as a code_f answer.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -28,6 +29,15 @@ def test_the_shipped_sample_is_the_conversion_of_its_source(tmp_path):
     assert convert_benchmark.main(["--format", "humaneval", str(ROOT / "samples/humaneval_style_source.jsonl"),
                                    str(out)]) == 0
     assert out.read_text() == (ROOT / "samples/humaneval_style.jsonl").read_text()
+
+
+def test_a_gzipped_source_as_benchmarks_publish_it_converts_the_same(tmp_path):
+    source = tmp_path / "HumanEval.jsonl.gz"
+    source.write_bytes(gzip.compress((ROOT / "samples/humaneval_style_source.jsonl").read_bytes()))
+    assert convert_benchmark.main(["--format", "humaneval", str(source), str(tmp_path / "tasks.jsonl")]) == 0
+    assert (tmp_path / "tasks.jsonl").read_text() == (ROOT / "samples/humaneval_style.jsonl").read_text()
+    (tmp_path / "cut.jsonl.gz").write_bytes(source.read_bytes()[:40])  # a truncated download
+    assert convert_benchmark.main(["--format", "humaneval", str(tmp_path / "cut.jsonl.gz"), str(tmp_path / "o.jsonl")]) == 2
 
 
 def test_converted_tasks_are_valid_and_their_reference_solutions_pass():
