@@ -267,3 +267,25 @@ def test_grouped_query_attention_under_a_mask_equals_transformers_sdpa_in_values
     assert MultiLoRAModel(small_llama(96, heads=4, kv_heads=2)).base_model.config._attn_implementation == GQA_SDPA
     assert torch.allclose(ours[0], sdpa[0], atol=1e-5)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(ours[1], sdpa[1]))
+
+
+def test_the_few_rows_head_gives_linear_logits_keeps_ties_and_leaves_training_alone():
+    """A decode step's few rows go through the head weight-first (popula.lora.head); the logits are
+    nn.Linear's to rounding, a tied head stays the embedding, and with autograd on (training) or
+    many rows the head is nn.Linear's own computation, bit for bit."""
+    from popula.lora.head import FEW_ROWS, FewRowsHead
+
+    base = small_llama(96, hidden=64, heads=4, kv_heads=2, tie_word_embeddings=True)
+    plain = base.get_output_embeddings()
+    mm = MultiLoRAModel(base, rank=4, n_slots=2)
+    head = mm.base_model.get_output_embeddings()
+    assert isinstance(head, FewRowsHead) and head.weight is mm.base_model.get_input_embeddings().weight
+    assert head.weight is plain.weight
+
+    few = torch.randn(FEW_ROWS, 1, 64, generator=torch.Generator().manual_seed(3))
+    many = torch.randn(FEW_ROWS + 1, 1, 64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.allclose(head(few), plain(few), atol=1e-5)
+        assert torch.equal(head(many), plain(many))
+    grad_in = few.clone().requires_grad_(True)
+    assert torch.equal(head(grad_in), plain(grad_in))

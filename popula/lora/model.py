@@ -17,6 +17,7 @@ from torch import nn
 
 from popula.errors import PopulaError
 from popula.lora.attention import use_gqa_sdpa
+from popula.lora.head import use_few_rows_head
 from popula.lora.layer import MultiLoRALinear, SiblingGroup, SlotRouting, peft_init_
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = (
@@ -90,6 +91,7 @@ class MultiLoRAModel(nn.Module):
         self.base_model = base_model
         self.base_model.requires_grad_(False)
         use_gqa_sdpa(base_model)  # grouped keys and values without a copy per layer and token
+        use_few_rows_head(base_model)  # a decode step's few rows without packing the head's weight
         self.target_modules = tuple(target_modules)
         self.rank = rank
         self.alpha = float(alpha)
