@@ -337,7 +337,7 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
                                                   "max_tokens": args.max_tokens}}
     picked: dict[str, list[dict]] = {key: [] for key in MODELS}
     picked["base"].append(base)
-    compared: dict[str, list[dict]] = {"single": [], "population": [], "weakest": []}  # reports paired task by task
+    compared: dict[str, list[dict]] = {"single": [], "population": [], "weakest": [], "population pass@k": []}
     students_above_base = []
     for (label, seed), run_dir in run_dirs.items():
         run_reports = {t.adapter: r for t, r in reports.items() if (t.label, t.seed) == (label, seed)}
@@ -352,6 +352,8 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
             picked[key].append({**mine[name], "model": f"{run_dir.name}/{name}", "target": [label, seed, name]})
         picked["population"].append(_mean_pass(list(mine.values()), f"{run_dir.name}: mean of {len(mine)}"))
         compared["population"].append(mean_report(list(run_reports.values()), f"{run_dir.name}: mean"))
+        compared["population pass@k"].append(
+            mean_report(list(run_reports.values()), f"{run_dir.name}: mean pass@k", per_task_pass_at_k))
         compared["weakest"].append(run_reports[ranked[0]])
         students_above_base.append(sum(s["pass1"] > base["pass1"] for s in mine.values()) / len(mine))
     for key, runs in picked.items():
@@ -377,7 +379,9 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
         "population weakest - single": (compared["weakest"], compared["single"]),
         "population mean - base": (compared["population"], bare_per_seed),
         "single - base": (compared["single"], bare_per_seed)}.items()}
-    out["passk_paired"] = {name: paired_difference(a, b, per_task_pass_at_k).to_json() for name, (a, b) in {
+    bare_k = [mean_report([bare], "base pass@k", per_task_pass_at_k)] * len(args.seeds)
+    out["passk_paired"] = {"population mean - base": paired_difference(compared["population pass@k"], bare_k).to_json()}
+    out["passk_paired"] |= {name: paired_difference(a, b, per_task_pass_at_k).to_json() for name, (a, b) in {
         "population weakest - base": (compared["weakest"], bare_per_seed),
         "single - base": (compared["single"], bare_per_seed)}.items()}
     return out

@@ -8,7 +8,7 @@ import pytest
 
 from popula.errors import PopulaError
 from popula.eval.evaluate import TaskScore
-from popula.eval.paired import paired_difference, per_task_pass1, per_task_pass_at_k
+from popula.eval.paired import mean_report, paired_difference, per_task_pass1, per_task_pass_at_k
 
 
 def report(correct: dict[str, int], samples: int = 4) -> dict:
@@ -67,3 +67,13 @@ def test_pass_at_k_pairs_the_tasks_solved_at_least_once_where_pass1_counts_every
     spread = dict(report({"a": 1, "b": 1, "c": 1}), k=4)  # once on each
     assert paired_difference([sharp], [spread]).mean == pytest.approx(1 / 12)
     assert paired_difference([sharp], [spread], per_task_pass_at_k).mean == pytest.approx(-2 / 3)
+
+
+def test_a_population_mean_scores_each_task_by_its_members_mean_pass1_or_pass_at_k():
+    members = [{**report({"a": 4, "b": 0}), "k": 4}, {**report({"a": 2, "b": 1}), "k": 4}]
+    assert per_task_pass1(mean_report(members, "pop")) == {"a": 0.75, "b": 0.125}
+    # pass@4 of 4 samples: 1.0 as soon as one sample is right
+    assert per_task_pass1(mean_report(members, "pop", per_task_pass_at_k)) == {"a": 1.0, "b": 0.5}
+    one = {**report({"a": 1, "b": 0}), "k": 4}
+    diff = paired_difference([mean_report(members, "pop", per_task_pass_at_k)], [mean_report([one], "base", per_task_pass_at_k)])
+    assert diff.mean == pytest.approx(0.25)  # (1.0 - 1.0 + 0.5 - 0.0) / 2

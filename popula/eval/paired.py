@@ -70,10 +70,13 @@ def per_task_pass_at_k(report: dict[str, Any]) -> dict[str, float]:
     return {t["id"]: pass_at_k(t["samples"], t["correct"], report["k"]) for t in _task_counts(report)}
 
 
-def mean_report(reports: Sequence[dict[str, Any]], model: str) -> dict[str, Any]:
-    """One `--per-task` report whose every task scores the mean pass@1 of `reports` (the live
-    members of a population): the population's mean, compared task by task like one model."""
-    rates = [per_task_pass1(r) for r in reports]
+def mean_report(reports: Sequence[dict[str, Any]], model: str,
+                per_task: Callable[[dict[str, Any]], dict[str, float]] = per_task_pass1) -> dict[str, Any]:
+    """One `--per-task` report whose every task scores the mean of `reports` (the live members
+    of a population): the population's mean, compared task by task like one model. `per_task`
+    reads each member's task score (pass@1 by default; `per_task_pass_at_k` for the mean pass@k),
+    and the result is read back as pass@1 whatever it holds."""
+    rates = [per_task(r) for r in reports]
     ids = sorted(rates[0])
     if any(sorted(r) != ids for r in rates):
         raise PopulaError(f"{model}: the members were scored on different tasks; score them on one task file")
