@@ -380,10 +380,10 @@ def _summarize(args: argparse.Namespace, reports: dict[Target, dict], run_dirs: 
         "population mean - base": (compared["population"], bare_per_seed),
         "single - base": (compared["single"], bare_per_seed)}.items()}
     bare_k = [mean_report([bare], "base pass@k", per_task_pass_at_k)] * len(args.seeds)
-    out["passk_paired"] = {"population mean - base": paired_difference(compared["population pass@k"], bare_k).to_json()}
-    out["passk_paired"] |= {name: paired_difference(a, b, per_task_pass_at_k).to_json() for name, (a, b) in {
-        "population weakest - base": (compared["weakest"], bare_per_seed),
-        "single - base": (compared["single"], bare_per_seed)}.items()}
+    out["passk_paired"] = {
+        "population mean - base": paired_difference(compared["population pass@k"], bare_k).to_json(),
+        "population weakest - base": paired_difference(compared["weakest"], bare_per_seed, per_task_pass_at_k).to_json(),
+        "single - base": paired_difference(compared["single"], bare_per_seed, per_task_pass_at_k).to_json()}
     return out
 
 

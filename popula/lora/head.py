@@ -4,8 +4,8 @@ Why: decoding asks the head for one position of a few live rows at a time, and t
 the base's largest matrix (SmolLM2-135M: 49152 x 576, a fifth of its weights). For such a
 product `x @ W.T`, torch's CPU matmul packs the whole weight before multiplying, once per
 call; `(W @ x.T).T` packs only the few rows of `x`. Same sum per logit, in another order
-(logits agree to about 1e-5), 2-4x less time for 2-8 rows, and 1.1-1.2x less for a whole
-SmolLM2 decode of 2-4 rows (docs/results/step-cost). Gradients, other devices and larger
+(logits agree to about 1e-5), 2-4x less time for 2-4 rows (1.25x at 8), and 1.1-1.2x less
+for a whole SmolLM2 decode of 2-4 rows (docs/results/step-cost). Gradients, other devices and larger
 batches (where packing pays off) take `nn.Linear`'s own path, so training is untouched.
 """
 
