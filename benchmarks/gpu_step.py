@@ -96,7 +96,8 @@ def build_model(kind: str, path: Path, tasks: list, runtime: Runtime, cpu_layers
         if not runtime.on_gpu:
             shape["num_hidden_layers"] = cpu_layers
             label += f", SHRUNK to {cpu_layers} of 28 layers on CPU"
-        model, label = Qwen2ForCausalLM(Qwen2Config(**shape, **ids)), label
+        with torch.device(runtime.device):  # random init on the GPU: on a CPU it takes a minute at 1.5B
+            model = Qwen2ForCausalLM(Qwen2Config(**shape, **ids))
     else:
         raise SystemExit(f"--models: unknown model {kind!r} (tiny, qwen1.5b)")
     model.to(runtime.torch_dtype).save_pretrained(path)
@@ -119,11 +120,12 @@ def memory_now(runtime: Runtime) -> int:
 
 
 def make_side(name: str, teachers: list[str], students: list[str], base: Path, root: Path,
-              runtime: Runtime) -> Measured:
+              runtime: Runtime, checkpointing: bool = False) -> Measured:
     """population_overhead's side (built like `popula run`'s stack), and the memory it takes."""
     before = memory_now(runtime)
+    cfg = population_overhead.LEARNER.model_copy(update={"activation_checkpointing": checkpointing})
     side = population_overhead.make_side(name, teachers, students, base, root, LoraConfig(rank=8, alpha=16.0),
-                                         population_overhead.LEARNER, runtime)
+                                         cfg, runtime)
     return Measured(side, memory_now(runtime) - before)
 
 
@@ -149,9 +151,10 @@ def bench_model(kind: str, args: argparse.Namespace, runtime: Runtime, sandbox: 
 
     base, label = build_model(kind, root / f"base-{kind}", refs_pool + tasks, runtime, args.cpu_layers)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    single_m = make_side(f"{kind}-single", ["A0"] * TEACHERS, ["A0"] * STUDENTS, base, root, runtime)
+    ckpt = args.activation_checkpointing == "on"
+    single_m = make_side(f"{kind}-single", ["A0"] * TEACHERS, ["A0"] * STUDENTS, base, root, runtime, ckpt)
     population_m = make_side(f"{kind}-population", [f"T{i}" for i in range(TEACHERS)],
-                             [f"S{i}" for i in range(STUDENTS)], base, root, runtime)
+                             [f"S{i}" for i in range(STUDENTS)], base, root, runtime, ckpt)
     single, population = single_m.side, population_m.side
     params = sum(p.numel() for p in single.learner.model.base_model.parameters() if not p.requires_grad)
     rows: dict[str, list[dict[str, float]]] = {"single": [], "population": []}
@@ -203,6 +206,8 @@ def main() -> int:
     ap.add_argument("--teacher-tokens", type=int, default=64)
     ap.add_argument("--student-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads on a CPU")
+    ap.add_argument("--activation-checkpointing", choices=("on", "off"), default="on",
+                    help="learner.activation_checkpointing (on, as configs/qwen2.5-coder-1.5b.yaml runs)")
     args = ap.parse_args()
     from popula.errors import PopulaError
 
@@ -225,7 +230,7 @@ def main() -> int:
 
     print()
     print(f"{TEACHERS} teachers + {STUDENTS} students vs 1 adapter in both roles, same work; median of {args.rounds} "
-          f"rounds; {runtime.describe()}")
+          f"rounds; {runtime.describe()}; activation checkpointing {args.activation_checkpointing}")
     head = f"{'model':<10}{'phase':<10}{'single s':>10}{'population s':>14}{'ratio':>8}"
     for r in results:
         print(f"\n{r['label']} ({r['params_m']}M params)")
@@ -247,6 +252,7 @@ def main() -> int:
         print("\nGPU figures: NOT TAKEN (no GPU on this machine); run this script on a GPU machine for them.")
     print(json.dumps({"device": runtime.device, "dtype": runtime.dtype,
                       "gpu_figures": "taken" if runtime.on_gpu else "not taken", "rounds": args.rounds,
+                      "activation_checkpointing": args.activation_checkpointing,
                       "results": results}))
     return 0
 

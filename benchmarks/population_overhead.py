@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import statistics
 import math
@@ -143,6 +144,13 @@ def make_side(name: str, teachers: list[str], students: list[str], base: Path, r
     return Side(name, teachers, students, engine, store, learner)
 
 
+def references(pool: list, task_type: str, k: int, n: int = 3) -> list:
+    """The `n` references of proposal `k` of a type: the k-th ordering of the pool's tasks of that
+    type (distinct prompts for as many proposals as there are orderings)."""
+    orderings = list(itertools.islice(itertools.permutations([r for r in pool if r.type == task_type], n), k + 1))
+    return list(orderings[k % len(orderings)])
+
+
 def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sandbox: Sandbox,
               args: argparse.Namespace) -> dict[str, float]:
     """One step: generate (teachers, then students), verify, update. Returns phase seconds."""
@@ -156,7 +164,11 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
     for k in range(len(TYPES) * args.proposals * TEACHERS):
         teacher = side.teachers[k // per_teacher]
         plan.append((teacher, side.students[k // per_teacher], TYPES[k % len(TYPES)], tasks[k % len(tasks)]))
-    t_prompts = [encode(fmt.teacher_prompt(tt, [r for r in refs_pool if r.type == tt][:3])) for _, _, tt, _ in plan]
+    # Each proposal is shown its own references, as `popula run` draws them per proposal: with one
+    # list for all, a single agent's four same-type prompts would be one prompt, prefilled and
+    # learned from once, and the sides would no longer do the same work.
+    t_prompts = [encode(fmt.teacher_prompt(tt, references(refs_pool, tt, k // len(TYPES))))
+                 for k, (_, _, tt, _) in enumerate(plan)]
     s_prompts = [encode(fmt.student_prompt(task)) for _, _, _, task in plan]
 
     t0, c0 = time.perf_counter(), time.process_time()

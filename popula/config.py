@@ -175,6 +175,11 @@ class LearnerConfig(_Section):
     )
     share_prompts: bool = Field(True, description="pack the rollouts of one prompt and adapter into one sequence, so "
                                                   "the prompt's forward and backward run once per group")
+    activation_checkpointing: bool = Field(
+        False, description="keep only each decoder layer's input in the learner's forward and recompute the layer "
+                           "in the backward: a microbatch holds one layer's activations instead of all of them, for "
+                           "one more forward (for GPU memory; gradients are unchanged)"
+    )
     logit_chunk: int | None = Field(256, ge=1, description="positions per LM-head chunk when computing log-probs, so "
                                                            "the (tokens x vocabulary) logits never exist at once; "
                                                            "None: full logits")

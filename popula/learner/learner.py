@@ -51,6 +51,7 @@ import os
 import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ from popula.learner.advantages import EmaBaseline, compute_advantages
 from popula.learner.objective import clipped_token_loss, selected_logprobs, token_logprobs
 from popula.learner.optimizer import PopulationOptimizer
 from popula.learner.packing import pack_prompts, pack_rows, packed_length
+from popula.learner.recompute import decoder_layers, recomputed
 from popula.learner.rollout import Rollout
 from popula.lora import BASE_SLOT, MultiLoRAModel, peft_key
 from popula.lora.attention import takes_boolean_mask
@@ -175,6 +177,7 @@ class PopulationLearner:
         self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
         self.share_prompts = cfg.share_prompts and _takes_4d_mask(model)
         self.logit_chunk = cfg.logit_chunk if _plain_lm_head(model) else None
+        self._recompute = decoder_layers(model) if cfg.activation_checkpointing else None
         self.prompt_tokens = 0  # prompt tokens run through the model (padding left out), all forwards
 
     # -- the population ------------------------------------------------------------------------
@@ -557,30 +560,12 @@ class PopulationLearner:
         for name, m in zip(rows.adapter, rows.completion_len):
             tokens_of[name] += m
         bad: dict[str, str] = {}
-        with torch.enable_grad():
+        with torch.enable_grad(), recomputed(self._recompute) if self._recompute is not None else nullcontext():
             for index, batch in enumerate(batches):
                 t = self._batch_tensors(rows, batch)
-                names = [rows.adapter[i] for i in batch.rows]
-                logp = self._logprobs(t)
-                tl = clipped_token_loss(
-                    logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
-                    clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
-                    base_logp=None if base_logp is None else base_logp[index], kl_coef=t["kl_coef"].unsqueeze(-1),
-                    is_cap=self.cfg.is_cap, old_logp=before[index] if index < len(before) else None)
-                if index >= len(before):  # the first epoch's log-probs: the ratio's reference in later ones
-                    before.append(logp.detach())
-                tm = t["token_mask"]
-                row_finite = torch.where(tm, tl.loss, 0.0).isfinite().all(-1).tolist()
-                for name, ok in zip(names, row_finite):
-                    if not ok and name in training:
-                        bad.setdefault(name, "loss is NaN or inf")
-                keep = torch.tensor([n in training and n not in bad for n in names], device=self.device)
-                weight = torch.tensor([1.0 / tokens_of[n] for n in names], device=self.device).unsqueeze(-1)
-                use = tm & keep.unsqueeze(-1)
-                if bool(use.any()):
-                    torch.where(use, tl.loss * weight, 0.0).sum().backward()
-                if stats is not None:
-                    stats.add(names, tm, logp.detach(), t["old"], tl, weight)
+                # a recomputed layer runs again in the backward, which must then see this routing too
+                with self.model.route(t["slots"]) if self._recompute is not None else nullcontext():
+                    self._microbatch(rows, batch, t, index, base_logp, training, tokens_of, stats, before, bad)
         # An adapter whose rows carried no signal has a zero gradient, as a backward over them
         # would have given it: AdamW still steps it (its moments carry it on), as before.
         for name in training:
@@ -589,6 +574,32 @@ class PopulationLearner:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
         return bad
+
+    def _microbatch(self, rows: _Rows, batch: _Microbatch, t: dict[str, torch.Tensor], index: int,
+                    base_logp: list[torch.Tensor] | None, training: set[str], tokens_of: Mapping[str, int],
+                    stats: _Stats | None, before: list[torch.Tensor], bad: dict[str, str]) -> None:
+        """One microbatch's forward and backward; adapters whose loss is not finite go into `bad`."""
+        names = [rows.adapter[i] for i in batch.rows]
+        logp = self._logprobs(t)
+        tl = clipped_token_loss(
+            logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
+            clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
+            base_logp=None if base_logp is None else base_logp[index], kl_coef=t["kl_coef"].unsqueeze(-1),
+            is_cap=self.cfg.is_cap, old_logp=before[index] if index < len(before) else None)
+        if index >= len(before):  # the first epoch's log-probs: the ratio's reference in later ones
+            before.append(logp.detach())
+        tm = t["token_mask"]
+        row_finite = torch.where(tm, tl.loss, 0.0).isfinite().all(-1).tolist()
+        for name, ok in zip(names, row_finite):
+            if not ok and name in training:
+                bad.setdefault(name, "loss is NaN or inf")
+        keep = torch.tensor([n in training and n not in bad for n in names], device=self.device)
+        weight = torch.tensor([1.0 / tokens_of[n] for n in names], device=self.device).unsqueeze(-1)
+        use = tm & keep.unsqueeze(-1)
+        if bool(use.any()):
+            torch.where(use, tl.loss * weight, 0.0).sum().backward()
+        if stats is not None:
+            stats.add(names, tm, logp.detach(), t["old"], tl, weight)
 
     def _zero_grad(self, names: Sequence[str]) -> None:
         for name in names:
