@@ -224,6 +224,27 @@ def _bad_adapters(base: Path, store: AdapterStore, root: Path) -> dict[str, Adap
             for i, (name, path) in enumerate(bad.items())}
 
 
+def test_the_prefix_cache_serves_a_prompt_again_to_the_same_adapter_version_only(world):
+    """A task's rollouts, or a prompt met again, reuse its KV blocks; another adapter never does
+    (vLLM keys the cache by LoRA name). `prefix_cache()` counts vLLM's lookups and hits."""
+    _, store, engine = world
+    block = engine._engine().vllm_config.cache_config.block_size  # 128 on a CPU
+    prompt = [0] + [5 + i % 90 for i in range(block + 40)]  # one whole block, then a partial one
+
+    def lookups(adapter: AdapterRef, n: int = 1):
+        before = engine.prefix_cache()
+        engine.generate([GenerationRequest(prompt_ids=prompt, adapter=adapter, max_tokens=2, n=n, seed=5)])
+        return engine.prefix_cache() - before
+
+    first = lookups(store.latest("t0"))
+    assert (first.queries, first.hits) == (len(prompt), 0)
+    assert lookups(store.latest("t0")).hits == block
+    assert lookups(store.latest("s0")).hits == 0
+    rollouts = lookups(store.latest("s1"), n=4)  # the first rollout computes the prompt, three reuse it
+    assert (rollouts.queries, rollouts.hits) == (4 * len(prompt), 3 * block)
+    assert rollouts.hit_rate == pytest.approx(3 * block / (4 * len(prompt)))
+
+
 def test_a_bad_adapter_is_refused_by_name_and_the_engine_keeps_serving_the_others(world, tmp_path):
     base, store, engine = world
     good = [greedy(PROMPTS[0], store.latest("t0")), greedy(PROMPTS[1], None), greedy(PROMPTS[2], store.latest("s1"))]

@@ -61,6 +61,21 @@ DEFAULT_CPU_KV_CACHE_GIB = 1.0
 _FINISH_REASONS = {"stop": "stop", "length": "length"}
 
 
+@dataclass(frozen=True)
+class PrefixCacheCounts:
+    """Prompt tokens the prefix cache was asked for (`queries`) and had (`hits`)."""
+
+    queries: int
+    hits: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+    def __sub__(self, earlier: "PrefixCacheCounts") -> "PrefixCacheCounts":
+        return PrefixCacheCounts(self.queries - earlier.queries, self.hits - earlier.hits)
+
+
 def vllm_lora_name(ref: AdapterRef) -> str:
     """The LoRA name vLLM sees: unique per saved version, readable in vLLM's logs."""
     return f"{ref.name}@v{ref.version}#{ref.uid}"
@@ -184,6 +199,10 @@ class VLLMEngine:
             # vLLM's host-side LoRA cache: room for a whole population plus its next versions,
             # so a batch's adapters are not evicted between `add_lora` and the step using them.
             max_cpu_loras=2 * max_loras,
+            # A task's rollouts share its prompt: the prefix cache computes it once (per adapter
+            # version, since the cache is keyed by LoRA name). vLLM's default, stated here; the
+            # stats make `prefix_cache()` count its lookups and hits.
+            enable_prefix_caching=True, disable_log_stats=False,
         )
         if kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
@@ -243,6 +262,13 @@ class VLLMEngine:
         self._engine().remove_lora(uid)
         return True
 
+    def prefix_cache(self) -> PrefixCacheCounts:
+        """Prompt tokens looked up in vLLM's prefix cache since the engine started, and those found
+        there (vLLM's own counters; whole KV blocks only: 16 tokens on a GPU, 128 on a CPU)."""
+        counts = {m.name: int(m.value) for m in self._llm_or_raise().get_metrics()
+                  if m.name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")}
+        return PrefixCacheCounts(counts.get("vllm:prefix_cache_queries", 0), counts.get("vllm:prefix_cache_hits", 0))
+
     def loaded_adapters(self) -> list[int]:
         """uids of the adapter versions vLLM holds now (as vLLM itself reports them), ascending."""
         return sorted(self._engine().list_loras())
@@ -261,9 +287,12 @@ class VLLMEngine:
     # -- internals ------------------------------------------------------------------------------------------
 
     def _engine(self) -> Any:
+        return self._llm_or_raise().llm_engine
+
+    def _llm_or_raise(self) -> Any:
         if self._llm is None:
             raise PopulaError("the vLLM engine is closed")
-        return self._llm.llm_engine
+        return self._llm
 
     def _load_adapters(self, refs: Sequence[AdapterRef]) -> None:
         """Validate and `add_lora` every version vLLM does not hold; then drop superseded versions.
