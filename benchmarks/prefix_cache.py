@@ -75,7 +75,7 @@ def main() -> int:
         engine = create_engine("vllm", base, max_adapters=len(teachers + students), max_rank=8, seed=0,
                                dtype=torch.float32, max_model_len=1024, kv_cache_gib=1.0,
                                vllm_kwargs={"block_size": args.block_size} if args.block_size else None)
-        block = engine._engine().vllm_config.cache_config.block_size
+        block = engine.kv_block_size
         plan = [(teachers[k // len(TYPES)], students[k // len(TYPES)], TYPES[k % len(TYPES)], tasks[k])
                 for k in range(len(TYPES) * TEACHERS)]
         t_prompts = [encode(fmt.teacher_prompt(tt, references(refs_pool, tt, k // len(TYPES))))

@@ -228,7 +228,7 @@ def test_the_prefix_cache_serves_a_prompt_again_to_the_same_adapter_version_only
     """A task's rollouts, or a prompt met again, reuse its KV blocks; another adapter never does
     (vLLM keys the cache by LoRA name). `prefix_cache()` counts vLLM's lookups and hits."""
     _, store, engine = world
-    block = engine._engine().vllm_config.cache_config.block_size  # 128 on a CPU
+    block = engine.kv_block_size  # 128 on a CPU
     prompt = [0] + [5 + i % 90 for i in range(block + 40)]  # one whole block, then a partial one
 
     def lookups(adapter: AdapterRef, n: int = 1):

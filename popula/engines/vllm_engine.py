@@ -262,9 +262,15 @@ class VLLMEngine:
         self._engine().remove_lora(uid)
         return True
 
+    @property
+    def kv_block_size(self) -> int:
+        """Tokens per KV block: the prefix cache reuses whole blocks only (vLLM's default: 128 on a
+        CPU, 16 on a GPU)."""
+        return self._engine().vllm_config.cache_config.block_size
+
     def prefix_cache(self) -> PrefixCacheCounts:
         """Prompt tokens looked up in vLLM's prefix cache since the engine started, and those found
-        there (vLLM's own counters; whole KV blocks only: 16 tokens on a GPU, 128 on a CPU)."""
+        there (vLLM's own counters; whole blocks of `kv_block_size` tokens only)."""
         counts = {m.name: int(m.value) for m in self._llm_or_raise().get_metrics()
                   if m.name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")}
         return PrefixCacheCounts(counts.get("vllm:prefix_cache_queries", 0), counts.get("vllm:prefix_cache_hits", 0))
