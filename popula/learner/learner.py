@@ -132,6 +132,9 @@ class PopulationLearner:
     the vocabulary-sized logits (the module docstring says how); False and None are the paths
     before them, which benchmarks/step_cost.py compares. Packing needs an attention that takes
     a 4D mask (sdpa, eager) and chunking a plain LM head; elsewhere they are turned off.
+
+    `cfg.activation_checkpointing` recomputes each decoder layer in the backward instead of
+    keeping its activations (`popula.learner.recompute`): for GPU memory, same gradients.
     """
 
     def __init__(self, base: str | os.PathLike | nn.Module, lora: LoraConfig, cfg: LearnerConfig | None = None,
