@@ -563,11 +563,10 @@ class PopulationLearner:
         for name, m in zip(rows.adapter, rows.completion_len):
             tokens_of[name] += m
         bad: dict[str, str] = {}
-        with torch.enable_grad(), recomputed(self._recompute) if self._recompute is not None else nullcontext():
+        with torch.enable_grad(), recomputed(self._recompute):
             for index, batch in enumerate(batches):
                 t = self._batch_tensors(rows, batch)
-                # a recomputed layer runs again in the backward, which must then see this routing too
-                with self.model.route(t["slots"]) if self._recompute is not None else nullcontext():
+                with self._backward_routing(t["slots"]):
                     self._microbatch(rows, batch, t, index, base_logp, training, tokens_of, stats, before, bad)
         # An adapter whose rows carried no signal has a zero gradient, as a backward over them
         # would have given it: AdamW still steps it (its moments carry it on), as before.
@@ -577,6 +576,11 @@ class PopulationLearner:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
         return bad
+
+    def _backward_routing(self, slots: torch.Tensor) -> Any:
+        """The microbatch's routing held through its backward when layers are recomputed there
+        (they call the LoRA layers again); otherwise `_logprobs` routes the forward alone."""
+        return self.model.route(slots) if self._recompute is not None else nullcontext()
 
     def _microbatch(self, rows: _Rows, batch: _Microbatch, t: dict[str, torch.Tensor], index: int,
                     base_logp: list[torch.Tensor] | None, training: set[str], tokens_of: Mapping[str, int],

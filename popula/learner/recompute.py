@@ -38,8 +38,10 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 @contextmanager
-def recomputed(layers: nn.ModuleList) -> Iterator[None]:
-    """Within the block, each layer's forward saves only its inputs; its backward recomputes it."""
+def recomputed(layers: nn.ModuleList | None) -> Iterator[None]:
+    """Within the block, each layer's forward saves only its inputs; its backward recomputes it.
+    None: nothing is wrapped (every activation is kept)."""
+    layers = layers if layers is not None else []
     for layer in layers:
         layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)
     try:
