@@ -54,6 +54,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rollouts", type=int, default=4, help="student rollouts per task (one request, n of them)")
     ap.add_argument("--steps", type=int, default=3, help="steps; every adapter gets a new version before the last")
+    ap.add_argument("--base", default=None, help="a base model directory instead of the random one (its tokenizer "
+                                                 "encodes the same compact-format prompts)")
     ap.add_argument("--block-size", type=int, default=None, help="vLLM KV block size (default: vLLM's, 128 on a CPU)")
     args = ap.parse_args()
     fmt = CompactFormat()
@@ -63,11 +65,12 @@ def main() -> int:
         root = Path(tmp)
         tasks = generate_tasks(len(TYPES) * TEACHERS + 12, seed=7, types=TYPES, namespace="bench", workers=2)
         refs_pool, tasks = tasks[:12], tasks[12:]
-        base = build_base(root / "base", refs_pool + tasks)
+        base = Path(args.base).expanduser() if args.base else build_base(root / "base", refs_pool + tasks)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(base))
-        encode = lambda text: [tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
+        bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        encode = lambda text: bos + tokenizer(text, add_special_tokens=False)["input_ids"]
         store = AdapterStore(root / "adapters", base, rank=8, alpha=16.0, seed=0)
         for name in teachers + students:
             store.create(name)
