@@ -54,6 +54,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -151,6 +152,24 @@ def references(pool: list, task_type: str, k: int, n: int = 3) -> list:
     return list(orderings[k % len(orderings)])
 
 
+def step_prompts(teachers: list[str], students: list[str], tasks: list, refs_pool: list, proposals: int,
+                 encode: Callable[[str], list[int]]) -> tuple[list[tuple], list[list[int]], list[list[int]]]:
+    """A step's plan, (teacher adapter, student adapter, task type, stand-in task) per proposal,
+    with each proposal's teacher prompt and its student's prompt (token ids).
+
+    Each proposal is shown its own references, as `popula run` draws them per proposal: with one
+    list for all, a single agent's four same-type prompts would be one prompt, prefilled and
+    learned from once, and the sides would no longer do the same work.
+    """
+    fmt = CompactFormat()
+    per_teacher = len(TYPES) * proposals
+    plan = [(teachers[k // per_teacher], students[k // per_teacher], TYPES[k % len(TYPES)], tasks[k % len(tasks)])
+            for k in range(per_teacher * TEACHERS)]
+    t_prompts = [encode(fmt.teacher_prompt(tt, references(refs_pool, tt, k // len(TYPES))))
+                 for k, (_, _, tt, _) in enumerate(plan)]
+    return plan, t_prompts, [encode(fmt.student_prompt(task)) for *_, task in plan]
+
+
 def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sandbox: Sandbox,
               args: argparse.Namespace) -> dict[str, float]:
     """One step: generate (teachers, then students), verify, update. Returns phase seconds."""
@@ -158,18 +177,7 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
     stops = stop_token_ids(tokenizer)
     encode = lambda text: [tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
     refs = {a: side.store.latest(a) for a in set(side.teachers) | set(side.students)}
-    per_teacher = len(TYPES) * args.proposals
-    # (teacher adapter, student adapter, task type, stand-in task) for every proposal of the step
-    plan = []
-    for k in range(len(TYPES) * args.proposals * TEACHERS):
-        teacher = side.teachers[k // per_teacher]
-        plan.append((teacher, side.students[k // per_teacher], TYPES[k % len(TYPES)], tasks[k % len(tasks)]))
-    # Each proposal is shown its own references, as `popula run` draws them per proposal: with one
-    # list for all, a single agent's four same-type prompts would be one prompt, prefilled and
-    # learned from once, and the sides would no longer do the same work.
-    t_prompts = [encode(fmt.teacher_prompt(tt, references(refs_pool, tt, k // len(TYPES))))
-                 for k, (_, _, tt, _) in enumerate(plan)]
-    s_prompts = [encode(fmt.student_prompt(task)) for _, _, _, task in plan]
+    plan, t_prompts, s_prompts = step_prompts(side.teachers, side.students, tasks, refs_pool, args.proposals, encode)
 
     t0, c0 = time.perf_counter(), time.process_time()
     teacher_out = side.engine.generate([

@@ -10,7 +10,8 @@ the others reuse its whole KV blocks), and a prompt met again by the same adapte
 Never across adapters: the cache is keyed by LoRA name, and a new version has a new name.
 Steps 1 and 2 replay the same prompts with the same versions; before step 3 every adapter gets
 a new version, so step 3 shows what a run sees, where every step brings new versions.
-Blocks are 128 tokens on a CPU (16 on a GPU), and only whole blocks are reused.
+Only whole KV blocks are reused: 32 tokens on a CPU (the engine's default there; vLLM's own is
+128), 16 on a GPU.
 
     python3 benchmarks/prefix_cache.py [--rollouts 4] [--steps 3]
 
@@ -33,13 +34,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from population_overhead import STUDENTS, TEACHERS, TYPES, build_base, references  # noqa: E402
+from population_overhead import STUDENTS, TEACHERS, TYPES, build_base, step_prompts  # noqa: E402
 
 from popula.adapters import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
-from popula.tasks.prompts import CompactFormat  # noqa: E402
 
 
 def new_versions(store: AdapterStore, names: list[str], seed: int) -> None:
@@ -56,9 +56,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3, help="steps; every adapter gets a new version before the last")
     ap.add_argument("--base", default=None, help="a base model directory instead of the random one (its tokenizer "
                                                  "encodes the same compact-format prompts)")
-    ap.add_argument("--block-size", type=int, default=None, help="vLLM KV block size (default: vLLM's, 128 on a CPU)")
+    ap.add_argument("--block-size", type=int, default=None, help="vLLM KV block size (default: the engine's, 32 on a CPU)")
     args = ap.parse_args()
-    fmt = CompactFormat()
     teachers, students = [f"T{i}" for i in range(TEACHERS)], [f"S{i}" for i in range(STUDENTS)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,11 +78,7 @@ def main() -> int:
                                dtype=torch.float32, max_model_len=1024, kv_cache_gib=1.0,
                                vllm_kwargs={"block_size": args.block_size} if args.block_size else None)
         block = engine.kv_block_size
-        plan = [(teachers[k // len(TYPES)], students[k // len(TYPES)], TYPES[k % len(TYPES)], tasks[k])
-                for k in range(len(TYPES) * TEACHERS)]
-        t_prompts = [encode(fmt.teacher_prompt(tt, references(refs_pool, tt, k // len(TYPES))))
-                     for k, (_, _, tt, _) in enumerate(plan)]
-        s_prompts = [encode(fmt.student_prompt(task)) for *_, task in plan]
+        plan, t_prompts, s_prompts = step_prompts(teachers, students, tasks, refs_pool, 1, encode)
         try:
             for step in range(1, args.steps + 1):
                 if step == args.steps and step > 1:

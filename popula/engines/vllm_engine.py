@@ -272,8 +272,8 @@ class VLLMEngine:
 
     @property
     def kv_block_size(self) -> int:
-        """Tokens per KV block: the prefix cache reuses whole blocks only (vLLM's default: 128 on a
-        CPU, 16 on a GPU)."""
+        """Tokens per KV block: the prefix cache reuses whole blocks only (32 on a CPU, where the
+        engine asks for it; vLLM's default of 16 on a GPU)."""
         return self._engine().vllm_config.cache_config.block_size
 
     def prefix_cache(self) -> PrefixCacheCounts:
