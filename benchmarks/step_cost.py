@@ -3,7 +3,8 @@
 What it answers: a student's rollouts of one task (4-8 of them) share the prompt and the
 adapter. Before, the torch engine prefilled that prompt once per rollout and the learner ran
 it forward and backward once per rollout, with float32 logits over the whole vocabulary;
-after, the engine prefills it once and branches the cache (`TorchEngine(share_prefill=)`),
+after, the engine prefills it once and branches the cache (`TorchEngine(share_prefill=)`)
+and prefills prompts of unequal length in buckets of about their own length (`ragged_prefill=`),
 the learner packs a group into one sequence under a block mask (`share_prompts=`) and takes
 log-probs from hidden states a chunk at a time (`logit_chunk=`). Both paths run here in one
 process on the same seeded work, interleaved round by round, from the same learner state.
@@ -166,6 +167,7 @@ def measure(run: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
 
 def set_path(engine: TorchEngine, learner: PopulationLearner, after: bool, chunk: int, can_pack: bool) -> None:
     engine.share_prefill = after
+    engine.ragged_prefill = after
     learner.share_prompts = after and can_pack
     learner.logit_chunk = chunk if after else None
 

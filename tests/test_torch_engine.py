@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from popula.adapters import AdapterStore
-from popula.engines import create_engine
+from popula.engines import create_engine, kv_cache
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine, sample_next
 from popula.errors import PopulaError
@@ -179,6 +179,49 @@ def test_a_shared_prompt_is_prefilled_once_and_every_row_draws_what_it_drew_pref
     assert own.prompt_tokens == sum(len(r.prompt_ids) * r.n for r in requests)
     assert shared.prompt_tokens < own.prompt_tokens / 2
     assert any(len({tuple(s.token_ids) for s in r.samples}) > 1 for r in got)  # the branches drew apart
+
+
+def test_prompts_of_unequal_length_prefill_without_padding_and_draw_what_the_padded_prefill_drew(base_dir, store):
+    """Prompts run in buckets of about their own length, not padded to the chunk's longest: the
+    prefill computes fewer positions, and every row draws the tokens it drew before."""
+    t0, s0 = store.latest("t0"), store.latest("s0")
+    lengths = [3, 40, 7, 38, 21, 40, 12]
+    requests = [GenerationRequest([(7 * k + 3 * i) % 300 + 1 for i in range(n)], adapter=(t0, s0, None)[k % 3],
+                                  n=1 + k % 3, temperature=1.0, max_tokens=10, seed=k)
+                for k, n in enumerate(lengths)]
+
+    def prefilled_positions(engine: TorchEngine) -> tuple[list, int]:
+        seen = []
+        hook = engine.model.base_model.register_forward_pre_hook(
+            lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape) if kwargs["input_ids"].shape[1] > 1
+            else None, with_kwargs=True)
+        try:
+            return engine.generate(requests), sum(b * t for b, t in seen)
+        finally:
+            hook.remove()
+
+    ragged, ragged_positions = prefilled_positions(TorchEngine(base_dir, max_adapters=4, max_rank=8))
+    padded, padded_positions = prefilled_positions(TorchEngine(base_dir, max_adapters=4, max_rank=8,
+                                                               ragged_prefill=False))
+    for i, (a, b) in enumerate(zip(ragged, padded)):
+        assert [s.token_ids for s in a.samples] == [s.token_ids for s in b.samples], f"request {i}"
+        for sa, sb in zip(a.samples, b.samples):
+            assert sa.logprobs == pytest.approx(sb.logprobs, abs=1e-5)
+    assert padded_positions == len(lengths) * max(lengths)
+    assert ragged_positions <= 1.1 * sum(lengths) < padded_positions
+
+
+def test_length_buckets_are_shortest_first_and_waste_at_most_the_slack():
+    lengths = [300, 12, 280, 15, 290, 14, 100, 299]
+    groups = kv_cache.buckets(lengths, slack=0.1)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    flat = [lengths[i] for g in groups for i in g]
+    assert flat == sorted(lengths)
+    for g in groups:
+        own = [lengths[i] for i in g]
+        assert max(own) * len(own) <= 1.1 * sum(own)
+    assert len(groups) == 3  # 12-15, 100 alone, 280-300
+    assert kv_cache.buckets([]) == []
 
 
 def test_a_new_version_is_served_with_its_own_weights_never_the_cached_ones(base_dir, tmp_path):

@@ -7,7 +7,8 @@ one costs. It is also the reference the learner is checked against: both run the
 `MultiLoRAModel`, so sampler and trainer log-probabilities agree up to batch numerics.
 
 Decoding: prompts are left-padded (attention mask + per-row position ids) into chunks of at
-most `max_batch_size` rows, sorted by length to waste little padding; a `StaticCache`
+most `max_batch_size` rows, sorted by length to waste little padding, and prefilled in
+buckets of about one length so that the padding is not computed (`popula.engines.kv_cache`); a `StaticCache`
 preallocated for prompt + max_tokens holds keys and values (a growing cache re-copies
 itself every step: that cost 5x the throughput at 128 new tokens); finished rows are
 dropped from the batch (and its cache) once a quarter of it has finished. Rows that share a
@@ -36,6 +37,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
 
 from popula.adapters import AdapterRef, read_adapter
+from popula.engines import kv_cache
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.engines.shared import SharedWeights
 from popula.errors import PopulaError
@@ -81,15 +83,6 @@ def sample_next(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Te
         tokens = pick.clamp(max=logits.shape[-1] - 1).squeeze(-1)
     tokens = torch.where(greedy, logits.argmax(-1), tokens)
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def _select_cache_rows(cache: StaticCache, keep: torch.Tensor) -> None:
-    """Keep only batch rows `keep` of a static cache (transformers has no public call for it)."""
-    for layer in cache.layers:
-        if getattr(layer, "is_initialized", False):
-            layer.keys = layer.keys[keep]
-            layer.values = layer.values[keep]
-            layer.batch_size = len(keep)
 
 
 def _shared_prompts(rows: list[_Row]) -> tuple[list[int], list[int] | None]:
@@ -140,14 +133,15 @@ class TorchEngine:
                  target_modules: Sequence[str] = DEFAULT_TARGET_MODULES, max_batch_size: int = 64,
                  device: str = "cpu", dtype: torch.dtype | str = torch.float32,
                  model: MultiLoRAModel | None = None, slots: Sequence[int] | None = None,
-                 share_prefill: bool = True) -> None:
+                 share_prefill: bool = True, ragged_prefill: bool = True) -> None:
         """`model`: serve from this MultiLoRAModel (a learner's, `PopulationLearner.model`) instead
         of loading the base again; `slots` are the ones this engine may load adapter files into
         (default: all of its own model's). Adapters the learner holds are served from the
         learner's own slots once `bind` names them: one base and one set of adapter tensors in
         memory, and the learner's update is what the next generation sees, no file in between.
         `share_prefill` False prefills every row's prompt itself (the path before prompts were
-        shared; benchmarks/step_cost.py compares the two)."""
+        shared; benchmarks/step_cost.py compares the two). `ragged_prefill` False pads every
+        prompt of a chunk to its longest for the prefill (the path before length buckets)."""
         if max_adapters < 1 or max_batch_size < 1:
             raise PopulaError(f"max_adapters and max_batch_size must be >= 1, got {max_adapters}, {max_batch_size}")
         self.base_path = base_path
@@ -186,6 +180,7 @@ class TorchEngine:
         self._bound: dict[int, tuple[SharedWeights, str, int | None]] = {}  # uid -> (learner, name, weights token)
         self.files_read = 0  # adapter files loaded from disk (a shared model should need none)
         self.share_prefill = share_prefill
+        self.ragged_prefill = ragged_prefill
         self.prompt_tokens = 0  # prompt tokens run through the model by prefills (padding left out)
         self._calls = 0
 
@@ -355,7 +350,7 @@ class TorchEngine:
                 break
             if (~alive).sum() >= COMPACT_FRACTION * len(batch):
                 keep = alive.nonzero().squeeze(-1)
-                _select_cache_rows(cache, keep)
+                kv_cache.select_rows(cache, keep)
                 batch, mask, next_pos, tok = batch[keep], mask[keep], next_pos[keep], tok[keep]
                 alive = alive[keep]
                 slots = slots[keep.cpu()]  # positions in the compacted batch, not the original rows
@@ -373,9 +368,13 @@ class TorchEngine:
         With `share_prefill`, rows of one prompt and slot run it once and the cache rows are
         copied: the same keys and values, a fraction of the work. What a row samples is
         unchanged, since its randomness is its own uniforms, not its place in the batch.
+        With `ragged_prefill`, prompts run in buckets of about their own length rather than
+        padded to the chunk's longest (`popula.engines.kv_cache`).
         """
         first, inverse = _shared_prompts(rows) if self.share_prefill else (list(range(len(rows))), None)
         self.prompt_tokens += sum(len(rows[k].prompt) for k in first)
+        if self.ragged_prefill and kv_cache.fills_ragged(cache):
+            return self._prefill_ragged(rows, first, inverse, ids, mask, pos, slots, cache)
         if inverse is None:
             self.model.set_routing(slots)
             return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
@@ -385,9 +384,36 @@ class TorchEngine:
         logits = self.model(input_ids=ids[keep], attention_mask=mask[keep], position_ids=pos[keep],
                             past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         branch = torch.tensor(inverse, device=ids.device)
-        _select_cache_rows(cache, branch)
+        kv_cache.select_rows(cache, branch)
         self.model.set_routing(slots)
         return logits[branch]
+
+    def _prefill_ragged(self, rows: list[_Row], first: list[int], inverse: list[int] | None, ids: torch.Tensor,
+                        mask: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor,
+                        cache: StaticCache) -> torch.Tensor:
+        """`_prefill` of the prompts `first` in length buckets, each into a cache of its own length,
+        then gathered into `cache` in the chunk's row order (`inverse`: each row's prompt)."""
+        width = ids.shape[1]
+        # within a bucket in the chunk's order, which groups rows by slot (no LoRA permutation)
+        groups = [sorted(group) for group in kv_cache.buckets([len(rows[k].prompt) for k in first])]
+        logits, parts = [], []
+        for group in groups:
+            keep = [first[j] for j in group]
+            length = max(len(rows[k].prompt) for k in keep)
+            part = StaticCache(config=self.config, max_cache_len=length)
+            at = torch.tensor(keep, device=ids.device)
+            self.model.set_routing(slots[keep])
+            logits.append(self.model(input_ids=ids[at, width - length:], attention_mask=mask[at, width - length:width],
+                                     position_ids=pos[at, width - length:], past_key_values=part, use_cache=True,
+                                     logits_to_keep=1).logits[:, -1])
+            parts.append(part)
+        kv_cache.assemble(cache, parts, width)
+        place = {j: r for r, j in enumerate(j for group in groups for j in group)}  # prompt -> row of `cache`
+        branch = torch.tensor([place[j] for j in (inverse if inverse is not None else range(len(first)))],
+                              device=ids.device)
+        kv_cache.select_rows(cache, branch)
+        self.model.set_routing(slots)
+        return torch.cat(logits)[branch]
 
     def _samples(self, tokens: torch.Tensor, logprobs: torch.Tensor, lengths: torch.Tensor,
                  stopped: torch.Tensor) -> list[Sample]:
