@@ -169,7 +169,7 @@ def bench_model(kind: str, args: argparse.Namespace, runtime: Runtime, sandbox: 
             print(f"  {kind} round {rnd}{' (warm-up)' if rnd == 0 else ''} {key:>10}: generate {r['generate_s']:.2f}s"
                   f" verify {r['verify_s']:.2f}s learn {r['update_s']:.2f}s tokens {int(r['tokens'])}", flush=True)
     for side in (single, population):
-        side.engine.close()
+        side.close()
     med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in rows.items()}
     s, p = med["single"], med["population"]
     return {

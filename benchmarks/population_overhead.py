@@ -109,17 +109,23 @@ class Side:
     store: "PublishingStore"
     learner: PopulationLearner
 
+    def close(self) -> None:
+        """Write the last background saves, then drop the engine."""
+        self.store.close()
+        self.engine.close()
+
 
 class PublishingStore:
     """The AdapterStore, plus what a run does after each save (`PopulationRun._publish`): tell
     the engine sharing the learner's model that the new version is the learner's current
-    weights, so it is served from the learner's tensors, no file read."""
+    weights, so it is served from the learner's tensors, no file read; and, as the run does,
+    write the files in the background (flushed before the next step's saves)."""
 
     def __init__(self, store: AdapterStore, engine: object, learner: PopulationLearner) -> None:
         self.store, self.engine, self.learner = store, engine, learner
 
     def save(self, name: str, state: object):
-        ref = self.store.save(name, state)
+        ref = self.store.save(name, state, background=True)
         self.engine.bind(ref, self.learner, name)
         return ref
 
@@ -233,6 +239,7 @@ def play_step(side: Side, step: int, tasks: list, refs_pool: list, tokenizer, sa
     mismatch = sampler_mismatch(side.learner, rollouts, LEARNER.clip_eps)  # untimed: one extra no-grad forward
     t0, c0 = time.perf_counter(), time.process_time()
     metrics = side.learner.step(rollouts)
+    side.store.flush()
     for a in side.learner.adapters:
         side.store.save(a, side.learner.adapter_state(a))
     update_s, update_cpu_s = time.perf_counter() - t0, time.process_time() - c0
@@ -300,7 +307,7 @@ def main() -> int:
                       + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()),
                       flush=True)
         for side in (single, population):
-            side.engine.close()
+            side.close()
 
     med = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()}
     best = {name: {k: min(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()}

@@ -143,8 +143,59 @@ def test_save_refuses_tensors_that_would_corrupt_an_adapter(base_dir, tmp_path):
     key = next(k for k in sd if "lora_B" in k)
     with pytest.raises(PopulaError, match="'s'.*NaN"):
         store.save("s", {**sd, key: torch.full_like(sd[key], float("nan"))})
+    huge = store.save("s", {**sd, key: torch.full_like(sd[key], 3e38)})  # finite, though their sum is not
+    assert torch.equal(store.load(huge).state_dict[key], torch.full_like(sd[key], 3e38))
+    ref = store.save("s", sd)
     with pytest.raises(PopulaError, match="'s'.*missing"):
         store.save("s", {k: v for k, v in sd.items() if k != key})
     with pytest.raises(PopulaError, match="name"):
         store.save("../escape", sd)
     assert store.latest("s") == ref
+
+
+def test_a_background_save_hands_out_its_version_at_once_and_writes_it_in_order(base_dir, tmp_path, monkeypatch):
+    """`save(background=True)` returns the next version before its files exist; the writer
+    thread writes versions in save order; `load` and `flush` wait for it, and the disk ends
+    as a synchronous save leaves it: the latest version only."""
+    import popula.adapters.store as store_module
+
+    store = AdapterStore(tmp_path / "adapters", base_dir, rank=4)
+    v0 = store.create("s0")
+    states = [trained(store, "s0", 0.1 * (k + 1)) for k in range(3)]
+    gate = __import__("threading").Event()
+    write = store_module.write_adapter
+    monkeypatch.setattr(store_module, "write_adapter", lambda *a, **k: (gate.wait(5), write(*a, **k)))
+    refs = [store.save("s0", sd, background=True) for sd in states]
+    assert [r.version for r in refs] == [1, 2, 3] and len({r.uid for r in refs} | {v0.uid}) == 4
+    assert store.latest("s0") == refs[-1] and not refs[-1].path.exists()  # handed out, not yet written
+    gate.set()
+    loaded = store.load(refs[-1]).state_dict  # waits for the writer
+    assert all(torch.equal(loaded[k], states[-1][k]) for k in states[-1])
+    assert [p.name for p in (tmp_path / "adapters" / "s0").glob("v*")] == [refs[-1].path.name]
+    assert AdapterStore(tmp_path / "adapters", base_dir, rank=4).latest("s0") == refs[-1]
+
+
+def test_a_background_save_that_fails_is_raised_by_the_next_flush_and_the_last_written_version_stays(
+        base_dir, tmp_path, monkeypatch):
+    import popula.adapters.store as store_module
+
+    store = AdapterStore(tmp_path / "adapters", base_dir, rank=4)
+    v0 = store.create("s0")
+    sd = trained(store, "s0", 0.2)
+    key = next(k for k in sd if "lora_B" in k)
+    with pytest.raises(PopulaError, match="'s0'.*NaN"):  # the values are checked before the ref is handed out
+        store.save("s0", {**sd, key: torch.full_like(sd[key], float("inf"))}, background=True)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module, "write_adapter", full_disk)
+    failed = store.save("s0", sd, background=True)
+    with pytest.raises(PopulaError, match=r"'s0' v1: cannot write .*No space left"):
+        store.flush()
+    assert store.latest("s0") == v0 and v0.path.exists() and not failed.path.exists()
+    store.flush()  # reported once
+    monkeypatch.undo()
+    assert store.save("s0", sd, background=True).version == 1
+    store.close()
+    assert store.load(store.latest("s0")).state_dict

@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -52,6 +53,9 @@ class AdapterStore:
         self.shapes = base_lora_shapes(base_path, self.target_modules)
         self._lock = threading.RLock()
         self._live: dict[int, AdapterRef] = {}  # uid -> ref, for every version on disk
+        self._pending: dict[str, AdapterRef] = {}  # name -> newest version handed out, files not yet written
+        self._writer: ThreadPoolExecutor | None = None  # background saves, one at a time, in order
+        self._writes: list[Future] = []
         self.root.mkdir(parents=True, exist_ok=True)
         self._next_uid, self._latest = self._read_state()
         self._prune_on_open()
@@ -60,58 +64,114 @@ class AdapterStore:
 
     def create(self, name: str) -> AdapterRef:
         """A new adapter initialised as PEFT does, seeded by (store seed, name); saved as version 0."""
-        if name in self._latest:
+        if name in self.names():
             raise PopulaError(f"adapter {name!r} already exists in {self.root}")
         digest = hashlib.sha256(f"{self.seed}:{name}".encode()).digest()
         generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
         return self.save(name, fresh_peft_state_dict(self.shapes, self.rank, generator))
 
-    def save(self, name: str, state_dict: Mapping[str, torch.Tensor]) -> AdapterRef:
-        """Save `state_dict` (PEFT keys) as the next version of `name` (a new name starts at 0)."""
+    def save(self, name: str, state_dict: Mapping[str, torch.Tensor], *, background: bool = False) -> AdapterRef:
+        """Save `state_dict` (PEFT keys) as the next version of `name` (a new name starts at 0).
+
+        The tensors are checked (layout, finite values) before anything else, in every case.
+        `background`: return the new version's ref at once and write its files on the store's
+        one writer thread, in save order; until `flush` returns they may not exist yet. For a
+        caller whose engine serves the learner's own tensors and reads no file (`popula run`
+        with the torch engine), this takes the writing off the step. `load`, `retire`,
+        `flush` and `close` wait for the writer; a write that failed is raised by the first of them.
+        """
         if not _NAME.match(name):
             raise PopulaError(f"adapter name {name!r} must match {_NAME.pattern}")
         self._check_state_dict(name, state_dict)
+        if not background:
+            self.flush()
+            return self._write(self._reserve(name), state_dict)
+        ref = self._reserve(name)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adapter-writer")
+        self._writes.append(self._writer.submit(self._write, ref, state_dict))
+        return ref
+
+    def flush(self) -> None:
+        """Wait until every background save is on disk; raise the first that failed (PopulaError)."""
+        writes, self._writes = self._writes, []
+        errors = [w.exception() for w in writes]
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            raise failed
+
+    def close(self) -> None:
+        """Flush the background saves and stop the writer thread."""
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown()
+                self._writer = None
+
+    def _reserve(self, name: str) -> AdapterRef:
+        """The next version of `name` and a new uid, handed out before its files exist."""
         with self._lock:
-            previous = self._latest.get(name)
+            previous = self._pending.get(name) or self._latest.get(name)
             version = 0 if previous is None else previous.version + 1
-            uid = self._next_uid
-            final = self.root / name / f"v{version:06d}"
-            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.v{version}.", dir=self.root))
+            ref = AdapterRef(name=name, version=version, uid=self._next_uid, path=self.root / name / f"v{version:06d}")
+            self._next_uid += 1
+            self._pending[name] = ref
+            return ref
+
+    def _write(self, ref: AdapterRef, state_dict: Mapping[str, torch.Tensor]) -> AdapterRef:
+        """Write `ref`'s directory (a temp dir renamed into place), then make it the latest version."""
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{ref.name}.v{ref.version}.", dir=self.root))
             write_adapter(tmp, state_dict, base_path=self.base_path, rank=self.rank, alpha=self.alpha,
                           target_modules=self.target_modules)
-            final.parent.mkdir(exist_ok=True)
-            if final.exists():  # left by a crash after the rename but before store.json: not referenced
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            ref = AdapterRef(name=name, version=version, uid=uid, path=final)
-            self._next_uid = uid + 1
-            self._latest[name] = ref
-            self._live[uid] = ref
+            ref.path.parent.mkdir(exist_ok=True)
+            if ref.path.exists():  # left by a crash after the rename but before store.json: not referenced
+                shutil.rmtree(ref.path)
+            os.replace(tmp, ref.path)
+        except BaseException as e:
+            with self._lock:  # the version never was: `latest` goes back to the one on disk
+                if self._pending.get(ref.name) == ref:
+                    del self._pending[ref.name]
+            if isinstance(e, OSError):
+                raise PopulaError(f"adapter {ref.name!r} v{ref.version}: cannot write {ref.path} ({e})") from e
+            raise
+        with self._lock:
+            previous = self._latest.get(ref.name)
+            self._latest[ref.name] = ref
+            self._live[ref.uid] = ref
+            if self._pending.get(ref.name) == ref:
+                del self._pending[ref.name]
             self._write_state()
             self._publish_latest(ref)
             if previous is not None:
                 self._collect(previous)
-            return ref
+        return ref
 
     # -- reading -----------------------------------------------------------------------------------
 
     def latest(self, name: str) -> AdapterRef:
+        """The newest version of `name`, a background save's included (its files may be on their way)."""
         with self._lock:
-            if name not in self._latest:
-                raise PopulaError(f"no adapter named {name!r} in {self.root} (known: {sorted(self._latest)})")
-            return self._latest[name]
+            ref = self._pending.get(name) or self._latest.get(name)
+            if ref is None:
+                raise PopulaError(f"no adapter named {name!r} in {self.root} (known: {self.names()})")
+            return ref
 
     def names(self) -> list[str]:
-        return sorted(self._latest)
+        with self._lock:
+            return sorted(set(self._latest) | set(self._pending))
 
     def load(self, ref: AdapterRef) -> LoadedAdapter:
         """The validated tensors of one version (PopulaError naming it when missing or mismatched)."""
+        self.flush()
         return read_adapter(ref.path, name=f"{ref.name} v{ref.version}", base_path=self.base_path,
                             max_rank=self.rank, exact_rank=self.rank, target_modules=self.target_modules,
                             exact_targets=True, shapes=self.shapes)
 
     def retire(self, name: str) -> None:
         """Forget `name` (e.g. replaced by evolution) and delete its files."""
+        self.flush()
         with self._lock:
             ref = self.latest(name)
             del self._latest[name]
@@ -131,10 +191,14 @@ class AdapterStore:
             raise PopulaError(f"adapter {name!r}: state dict does not match the store's LoRA layout "
                               f"(missing {missing[:2]}, unexpected {extra[:2]})")
         for key, shape in expected.items():
-            t = state_dict[key]
-            if tuple(t.shape) != shape:
-                raise PopulaError(f"adapter {name!r}: {key} has shape {tuple(t.shape)}, expected {shape}")
-            if not torch.isfinite(t).all():
+            if tuple(state_dict[key].shape) != shape:
+                raise PopulaError(f"adapter {name!r}: {key} has shape {tuple(state_dict[key].shape)}, expected {shape}")
+        # One sum per tensor and one check of them all (one device sync, no mask per tensor): a sum
+        # is finite when every value is, or overflowed, which the exact look below tells apart.
+        if bool(torch.isfinite(torch.stack([state_dict[key].sum() for key in expected])).all()):
+            return
+        for key in expected:
+            if not torch.isfinite(state_dict[key]).all():
                 raise PopulaError(f"adapter {name!r}: {key} has NaN or inf values; refusing to save it")
 
     def _collect(self, ref: AdapterRef) -> None:

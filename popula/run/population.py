@@ -174,6 +174,8 @@ class PopulationRun:
         self._checkpoint()
 
     def _checkpoint(self) -> None:
+        self.store.flush()  # a checkpoint's step has every adapter version it published on disk
+
         def write(d: Path) -> None:
             torch.save(self.learner.state_dict(), d / "learner.pt")
             self.league.save(d / "league.json")
@@ -249,6 +251,7 @@ class PopulationRun:
 
         t0 = time.perf_counter()
         learn = self.learner.step(self._training_samples(game))
+        self.store.flush()  # the last step's background saves: a failed write stops the run here
         for adapter in self.roster.adapters:
             self._publish(adapter)
         update_s = time.perf_counter() - t0
@@ -277,13 +280,15 @@ class PopulationRun:
         """The live students (after this step's update and evolution) on the held-out set, when due."""
         if self.heldout is None or not self.heldout.due(step):
             return None
+        self.store.flush()  # an engine that loads a version from its files finds them written
         students = {m.name: self.store.latest(self.roster.adapter_of[m.name]) for m in self.league.alive("student")}
         return self.heldout.score(students, best=self.league.ranked("student")[0].name)
 
     def _publish(self, adapter: str) -> AdapterRef:
         """Save the learner's weights of `adapter` as a new version; an engine sharing the
-        learner's model serves that version from the learner's own tensors (no file read)."""
-        ref = self.store.save(adapter, self.learner.adapter_state(adapter))
+        learner's model serves that version from the learner's own tensors (no file read), so
+        its files are written in the background, during the next play (`AdapterStore.save`)."""
+        ref = self.store.save(adapter, self.learner.adapter_state(adapter), background=self.workers.sharing is not None)
         self.workers.bind(ref, adapter)
         return ref
 
@@ -347,6 +352,7 @@ class PopulationRun:
             try:
                 self.metrics.close()
                 self.workers.close()
+                self.store.close()
             finally:
                 self.lock.release()
 
