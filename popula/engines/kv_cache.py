@@ -3,12 +3,12 @@
 Why: the engine decodes a chunk of rows from one `StaticCache` whose prompts are left-padded
 to the longest. Prefilling that padded batch computes the padding too: for a SmolLM2 teacher
 step (6 prompts of 263-458 tokens) a quarter of the prefill's tokens, and the prefill is half
-of the teachers' generate call (docs/results/step-cost/README.md
-§ Prompts of unequal length: the 3x, met). So prompts are prefilled in buckets of about one length, each into a small cache
-of its own, and their keys and values are copied into the chunk's cache where the left-padded
-layout puts them. A row's numbers are the padded path's up to the rounding of a product of
-another height (log-probs within about 1e-5; a nearly flat distribution may then draw a
-neighbouring token).
+of the teachers' generate call. See docs/results/step-cost/README.md
+§ Prompts of unequal length: the 3x, met
+So prompts are prefilled in buckets of about one length, each into a small cache of its own,
+and their keys and values are copied into the chunk's cache where the left-padded layout puts
+them. A row's numbers are the padded path's up to the rounding of a product of another height
+(log-probs within about 1e-5; a nearly flat distribution may then draw a neighbouring token).
 
 transformers has no public call for any of this, so it is kept here and refused (the
 caller falls back to the padded prefill) for cache layers other than full-attention

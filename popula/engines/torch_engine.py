@@ -8,9 +8,9 @@ one costs. It is also the reference the learner is checked against: both run the
 
 Decoding: prompts are left-padded (attention mask + per-row position ids) into chunks of at
 most `max_batch_size` rows, sorted by length to waste little padding, and prefilled in
-buckets of about one length so that the padding is not computed (`popula.engines.kv_cache`); a `StaticCache`
-preallocated for prompt + max_tokens holds keys and values (a growing cache re-copies
-itself every step: that cost 5x the throughput at 128 new tokens); finished rows are
+buckets of about one length so that the padding is not computed (`popula.engines.kv_cache`);
+a `StaticCache` preallocated for prompt + max_tokens holds keys and values (a growing cache
+re-copies itself every step: that cost 5x the throughput at 128 new tokens); finished rows are
 dropped from the batch (and its cache) once a quarter of it has finished. Rows that share a
 prompt and an adapter (the n samples of a request) prefill it once: one row runs the prompt and
 the cache rows are copied to the others before the first token is drawn (`share_prefill`).
