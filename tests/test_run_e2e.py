@@ -72,6 +72,15 @@ def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys):
         assert (out / "adapters" / name / "adapter_model.safetensors").exists(), name
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base)), str(out / "adapters" / alive[0]))
     assert model.peft_config["default"].r == 8
+    # the files hold the last step's weights: the versions written in the background were all written
+    from safetensors.torch import load_file
+
+    last = out / "checkpoints" / "step-000002"
+    learner = torch.load(last / "learner.pt", weights_only=False)["adapters"]
+    for adapter in json.loads((last / "state.json").read_text())["roster"].values():
+        on_disk = load_file(str(out / "adapters" / adapter / "adapter_model.safetensors"))
+        assert on_disk.keys() == learner[adapter]["weights"].keys(), adapter
+        assert all(torch.equal(on_disk[k], learner[adapter]["weights"][k]) for k in on_disk), adapter
 
     assert main(args(base, out, 3, "--resume")) == 0
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
