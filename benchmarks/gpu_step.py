@@ -8,7 +8,7 @@ learner's own model and adapter tensors, device and dtype from the `runtime` res
 bf16 on a GPU that supports it, fp32 on a CPU), and play the step of
 `benchmarks/population_overhead.py`: teacher proposals and student rollouts (generate),
 sandbox validation and judging (verify), one learner step over all rollouts plus a new
-version of every adapter (learn).
+version of every adapter (learn; the files written in the background, as a run writes them).
 
 Models, both from a config with random weights (no download):
 - `tiny`: the tiny base's architecture (Llama, ~1M parameters; the cached tiny base itself

@@ -12,7 +12,8 @@ slowest is visible:
   (loading each adapter's newest version first, as a run does);
 - verification: the sandbox validates the proposed tasks and judges every rollout;
 - update: one `PopulationLearner.step` over all rollouts, then every adapter saved as a
-  new version in the AdapterStore.
+  new version in the AdapterStore, its files written in the background as `popula run`
+  writes them (the update waits for the previous step's writes first).
 
 The base is a ~4M-parameter Llama built from a config with random weights (no downloads),
 with a BPE tokenizer trained on the compact task format. A random base writes no valid
