@@ -35,13 +35,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_step import QWEN_CODER_1_5B  # noqa: E402  (this folder)
 
 from popula.adapters import AdapterStore  # noqa: E402
 from popula.lora import DEFAULT_TARGET_MODULES, fresh_peft_state_dict  # noqa: E402
 
 SHAPES = {  # config.json numbers that shape the LoRA tensors (no weights are built)
-    "qwen1.5b": ("qwen2", dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                               num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True)),
+    "qwen1.5b": ("qwen2", QWEN_CODER_1_5B),
     "smollm2-135m": ("llama", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                                    num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)),
 }

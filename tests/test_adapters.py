@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -162,9 +163,14 @@ def test_a_background_save_hands_out_its_version_at_once_and_writes_it_in_order(
     store = AdapterStore(tmp_path / "adapters", base_dir, rank=4)
     v0 = store.create("s0")
     states = [trained(store, "s0", 0.1 * (k + 1)) for k in range(3)]
-    gate = __import__("threading").Event()
+    gate = threading.Event()
     write = store_module.write_adapter
-    monkeypatch.setattr(store_module, "write_adapter", lambda *a, **k: (gate.wait(5), write(*a, **k)))
+
+    def write_when_let(*args, **kwargs):
+        gate.wait(5)
+        write(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "write_adapter", write_when_let)
     refs = [store.save("s0", sd, background=True) for sd in states]
     assert [r.version for r in refs] == [1, 2, 3] and len({r.uid for r in refs} | {v0.uid}) == 4
     assert store.latest("s0") == refs[-1] and not refs[-1].path.exists()  # handed out, not yet written

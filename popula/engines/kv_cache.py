@@ -56,22 +56,21 @@ def buckets(lengths: Sequence[int], slack: float = PAD_SLACK) -> list[list[int]]
     return groups
 
 
-def assemble(cache: StaticCache, parts: Sequence[StaticCache], width: int) -> None:
-    """Fill `cache` (not yet used) with `parts`' rows in order, each part's prompts ending at
-    position `width` as the chunk's left padding places them; the cache then continues at `width`.
+def assemble(cache: StaticCache, parts: Sequence[StaticCache], rows: Sequence[Sequence[int]], width: int) -> None:
+    """Fill `cache` (not yet used) from `parts`, the i-th part's rows going to rows `rows[i]` of
+    `cache`, each part's prompts ending at position `width` as the chunk's left padding places
+    them; the cache then continues at `width`.
 
     Each part holds rows prefilled alone into a cache exactly as long as its own prompts.
     """
+    total = sum(len(r) for r in rows)
     for i, layer in enumerate(cache.layers):
         own = [part.layers[i] for part in parts]
-        rows = sum(o.keys.shape[0] for o in own)
         keys, values = own[0].keys, own[0].values
-        layer.lazy_initialization(keys.new_zeros(rows, keys.shape[1], 0, keys.shape[3]),
-                                  values.new_zeros(rows, values.shape[1], 0, values.shape[3]))
-        start = 0
-        for o in own:
-            n, length = o.keys.shape[0], o.keys.shape[2]
-            layer.keys[start:start + n, :, width - length:width] = o.keys
-            layer.values[start:start + n, :, width - length:width] = o.values
-            start += n
+        layer.lazy_initialization(keys.new_zeros(total, keys.shape[1], 0, keys.shape[3]),
+                                  values.new_zeros(total, values.shape[1], 0, values.shape[3]))
+        for o, at in zip(own, rows):
+            length = o.keys.shape[2]
+            layer.keys[list(at), :, width - length:width] = o.keys
+            layer.values[list(at), :, width - length:width] = o.values
         layer.cumulative_length.fill_(width)

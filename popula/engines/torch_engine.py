@@ -392,28 +392,30 @@ class TorchEngine:
                         mask: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor,
                         cache: StaticCache) -> torch.Tensor:
         """`_prefill` of the prompts `first` in length buckets, each into a cache of its own length,
-        then gathered into `cache` in the chunk's row order (`inverse`: each row's prompt)."""
+        then placed in `cache` in the order of `first` and branched as the padded path branches."""
         width = ids.shape[1]
         # within a bucket in the chunk's order, which groups rows by slot (no LoRA permutation)
         groups = [sorted(group) for group in kv_cache.buckets([len(rows[k].prompt) for k in first])]
-        logits, parts = [], []
+        outs, parts = [], []
         for group in groups:
             keep = [first[j] for j in group]
             length = max(len(rows[k].prompt) for k in keep)
             part = StaticCache(config=self.config, max_cache_len=length)
             at = torch.tensor(keep, device=ids.device)
             self.model.set_routing(slots[keep])
-            logits.append(self.model(input_ids=ids[at, width - length:], attention_mask=mask[at, width - length:width],
-                                     position_ids=pos[at, width - length:], past_key_values=part, use_cache=True,
-                                     logits_to_keep=1).logits[:, -1])
+            outs.append(self.model(input_ids=ids[at, width - length:], attention_mask=mask[at, width - length:width],
+                                   position_ids=pos[at, width - length:], past_key_values=part, use_cache=True,
+                                   logits_to_keep=1).logits[:, -1])
             parts.append(part)
-        kv_cache.assemble(cache, parts, width)
-        place = {j: r for r, j in enumerate(j for group in groups for j in group)}  # prompt -> row of `cache`
-        branch = torch.tensor([place[j] for j in (inverse if inverse is not None else range(len(first)))],
-                              device=ids.device)
-        kv_cache.select_rows(cache, branch)
+        kv_cache.assemble(cache, parts, groups, width)
         self.model.set_routing(slots)
-        return torch.cat(logits)[branch]
+        order = torch.tensor([j for group in groups for j in group], device=ids.device)  # prompt of each row of `outs`
+        logits = torch.cat(outs)[order.argsort()]
+        if inverse is None:
+            return logits
+        branch = torch.tensor(inverse, device=ids.device)
+        kv_cache.select_rows(cache, branch)
+        return logits[branch]
 
     def _samples(self, tokens: torch.Tensor, logprobs: torch.Tensor, lengths: torch.Tensor,
                  stopped: torch.Tensor) -> list[Sample]:
