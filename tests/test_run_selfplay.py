@@ -239,3 +239,25 @@ def test_play_settings_take_each_config_setting_by_its_name():
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):
         PlaySettings(["code_o"], 1, 2, 4, 1.0, 1.0, 1.0, 64, 64)  # keywords only
+
+
+def test_a_task_that_answers_differently_when_judged_is_invalid_and_teaches_no_student(tmp_path, monkeypatch):
+    # with the policy off (as if its program escaped it) a task keeps state in the
+    # interpreter and answers 'judged' once it has seen an input not its own: when its own
+    # input runs after the answer, its judging disagrees with its validation
+    from popula.sandbox import policy
+
+    monkeypatch.setenv(policy.POLICY_ENV, "off")
+    policy.compile_program.cache_clear()
+    policy._compile_argument_lists.cache_clear()
+    program = ("import sys\ndef f(x):\n    seen = sys.__dict__.setdefault('seen', set())\n    seen.add(x)\n"
+               "    return 'judged' if len(seen) > 1 else 'validated'")
+    two_faced = TaskRecord(id="two-faced", type="code_i", program=program, inputs=["3"], outputs=["'validated'"])
+    with Sandbox(workers=2) as unfiltered:
+        game = play(tmp_path, unfiltered, [two_faced], [Match("T0", "S0")], right=0, types=["code_i"], rollouts=16)
+    policy.compile_program.cache_clear()
+    policy._compile_argument_lists.cache_clear()
+    (proposal,) = game.proposals
+    assert not proposal.valid and "when an answer was judged" in proposal.verdict.detail
+    assert proposal.reward == -1.0
+    assert game.attempts == []

@@ -114,7 +114,7 @@ def attack(name):
         linger()
 
 def execute(job, prepared, cfg):
-    blob = marshal.dumps(job[2])
+    blob = marshal.dumps(job[1])  # the program
     for name in ("GROUP", "SESSION", "PDEATHSIG", "SIGIO", "CLOSE"):
         if b"ESCAPED-" + name.encode() in blob:
             try:

@@ -112,7 +112,9 @@ def attacks():
             os.close(wr)
     attempt("fork", fork)
     attempt("write_file", lambda: open(target, "w").write("pwned") and open(target).close())
-    attempt("connect", lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
+    attempt("connect", lambda: socket.socket().connect(("127.0.0.1", port)))
+    attempt("getrandom", lambda: os.urandom(8))  # no entropy but the pool's
+    attempt("dev_urandom", lambda: open("/dev/urandom", "rb").read(8))
     attempt("signal_parent", lambda: os.kill(os.getppid(), 0))
     attempt("kill_parent", lambda: os.kill(os.getppid(), signal.SIGKILL))
     attempt("prlimit_parent", lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (1, 1)))
@@ -200,6 +202,15 @@ def test_a_jailed_child_cannot_write_a_file(report):
 def test_a_jailed_child_cannot_reach_the_network(report):
     # an empty network namespace, or (where none can be made) the seccomp filter's EPERM
     assert report["attacks"]["connect"] != "succeeded"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["getrandom", "dev_urandom"])
+def test_no_entropy_reaches_a_job(report, source):
+    # a job's runs must be able to agree: getrandom is denied and the jail has no devices
+    if source == "getrandom" and not report["seccomp"]:
+        pytest.skip("no seccomp table for this architecture")
+    assert report["attacks"][source] != "succeeded", report["attacks"]
 
 
 @pytest.mark.slow

@@ -209,6 +209,11 @@ class SelfPlay:
             judged.append(record)
         for a, verdict in zip(to_judge, self._verify(game, judged)):
             a.correct = bool(verdict.correct)
+            if not verdict.valid:  # its program answered differently when judged than when validated
+                proposals[a.proposal].verdict = verdict
+        # such a task is invalid after all: its teacher gets the invalid reward, and no
+        # student learns from answers it judged
+        game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
         _score(game, s.invalid_task_reward)
         if s.novelty_window > 0:
             _share(game, buffer, s.novelty_window)

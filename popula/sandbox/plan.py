@@ -9,18 +9,29 @@ of the record's task kind (popula/kinds; a kind picks a form, it adds no judging
 - "value" (code_o): the answer must be a literal value (values.read_value); it is
   compared here and nothing runs at all;
 - "arguments" (code_i): the answer must be an argument list of literal values
-  (values.read_arguments); the task's program runs on those values in the sandbox (a
-  "call" job: no answer text is ever executed) and the output comes back as text parsed here;
+  (values.read_arguments); the task's program runs on those values, written back as
+  literal source here (`literal_source`), so no answer text is ever executed;
 - "program" (code_f): the student's program runs on the hidden inputs (the second half of
   inputs), on workers that run students' programs only (they never hold a teacher's program).
-An answer that is not a value gets answer_reason "not_a_value" and never runs. An
-answer's runs follow the task's rules for determinism (pool.py): runs that disagree
-make the answer wrong, so the same record always gets the same verdict.
+An answer that is not a value gets answer_reason "not_a_value" and never runs.
+
+Every job has one shape: a program and a list of argument lists, nothing else (no kind,
+no record, no expected output). A teacher's program runs twice in a task's life, when it
+is validated and when a code_i answer is judged, and the two jobs look alike: validation
+runs the task's inputs with one of them repeated at a random place, judging runs the same
+inputs with the answer at that place (`Slotted`). A program that escaped the policy and
+tells the two apart learns only whether the extra input equals its own, which a pure
+program can test too; and what it returns for its own inputs when judged must equal its
+validated outputs, else the task is invalid (verdict.py). An answer's runs follow the
+task's rules for determinism (pool.py): runs that disagree make the answer wrong, so the
+same record always gets the same verdict.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import secrets
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
@@ -32,11 +43,27 @@ from popula.sandbox.limits import Limits
 from popula.sandbox.policy import Rejection
 from popula.sandbox.values import NotAValue, read_arguments, read_value
 
-# A job for a worker: (kind, program code, argument lists). Kind "run": each argument list
-# is the code of a teacher's input; kind "call": each is an (args, kwargs) pair of values.
-Job = tuple[str, CodeType, list[Any]]
+# A job for a worker: the program's code and its argument lists' code, in the order they run.
+Job = tuple[CodeType, list[CodeType]]
 
 _NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class Slotted:
+    """Where a job's extra argument list sits among the task's own: the repeated input of an
+    "arguments" task's validation, or the answer when such a task is judged (module doc)."""
+
+    slot: int
+
+    def place(self, own: list[str], extra: str) -> list[str]:
+        """The argument lists' texts in the order the job runs them (compiled in one go, so
+        the extra one's code differs from a task input's only as its text does)."""
+        return [*own[: self.slot], extra, *own[self.slot :]]
+
+    def split(self, outputs: list[str]) -> tuple[list[str], str]:
+        """(the outputs of the task's own inputs, the extra one's output)."""
+        return [*outputs[: self.slot], *outputs[self.slot + 1 :]], outputs[self.slot]
 
 
 @dataclass
@@ -44,11 +71,13 @@ class Plan:
     record: TaskRecord
     invalid: Rejection | None = None
     validate: Job | None = None  # run on two or more workers when set
+    validate_slot: Slotted | None = None  # an "arguments" task's repeated input (module doc)
     order_sensitive: bool = False  # builds sets: validated on more workers (pool.py)
     answer_value: Any = _NO_VALUE  # a "value" answer (code_o) read as a literal
     answer_job: Job | None = None  # an "arguments" or "program" answer's runs (pool.py decides how many)
     answer_order_sensitive: bool = False  # its code builds sets: as many runs as validation's
     answer_by_student: bool = False  # runs a student's program: on student workers only
+    answer_slot: Slotted | None = None  # an "arguments" answer's place among the task's inputs
     answer_rejection: Rejection | None = None
 
     @property
@@ -112,8 +141,13 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         if plan.invalid is not None:
             return plan
         assert code is not None and args is not None
-        plan.validate = ("run", code, args)
         plan.order_sensitive = policy.order_sensitive(code) or any(policy.order_sensitive(a) for a in args)
+        if get_kind(record.type).answer == "arguments" and args:
+            plan.validate_slot = Slotted(secrets.randbelow(len(args) + 1))
+            slotted = policy.compile_argument_lists(plan.validate_slot.place(list(record.inputs), record.inputs[0]), cap)
+            assert not isinstance(slotted, Rejection)  # the same texts compiled alone
+            args = slotted
+        plan.validate = (code, args)
     if record.answer is None:
         return plan
     answer = record.answer
@@ -126,16 +160,22 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         except NotAValue as err:
             plan.answer_rejection = _not_a_value_answer(answer, "a literal value", err)
     elif form == "arguments":
-        code = task_program()
-        if code is None:
+        code, own = task_program(), task_args()
+        if code is None or own is None:
             return plan
         try:
-            call = read_arguments(answer)
+            args, kwargs = read_arguments(answer)
         except NotAValue as err:
             plan.answer_rejection = _not_a_value_answer(answer, "an argument list of literal values", err)
             return plan
-        plan.answer_job = ("call", code, [call])
-        plan.answer_order_sensitive = policy.order_sensitive(code)
+        slot = Slotted(secrets.randbelow(len(own) + 1))
+        compiled = policy.compile_argument_lists(slot.place(list(record.inputs), argument_source(args, kwargs)), cap)
+        if isinstance(compiled, Rejection):  # a value too large or deep to write back as source
+            plan.answer_rejection = Rejection(compiled.reason, f"the answer, written back as a value: {compiled.detail}")
+            return plan
+        plan.answer_slot = slot
+        plan.answer_job = (code, compiled)
+        plan.answer_order_sensitive = policy.order_sensitive(code) or any(map(policy.order_sensitive, compiled))
     else:  # "program"
         codes = task_args()
         if codes is None:
@@ -145,7 +185,7 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
             plan.answer_rejection = student
         else:
             hidden = codes[hidden_split(len(codes)):]
-            plan.answer_job = ("run", student, hidden)
+            plan.answer_job = (student, hidden)
             plan.answer_order_sensitive = policy.order_sensitive(student) or any(map(policy.order_sensitive, hidden))
             plan.answer_by_student = True
     return plan
@@ -153,3 +193,30 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
 
 def _not_a_value_answer(answer: str, wanted: str, err: NotAValue) -> Rejection:
     return Rejection("not_a_value", f"the answer {answer[:60]!r} is not {wanted} ({err}); answers are data, never run")
+
+
+def literal_source(value: Any) -> str:
+    """Python source that evaluates to `value`, a value read by values.read_value, using no
+    name but float, complex, set and frozenset: how a code_i answer reaches the task's
+    program as an argument list like its own inputs, without its text ever running."""
+    kind = type(value)
+    if kind is float:
+        return f"float({repr(value)!r})" if math.isnan(value) or math.isinf(value) else repr(value)
+    if kind is complex:
+        return f"complex({literal_source(value.real)}, {literal_source(value.imag)})"
+    if kind is list:
+        return "[" + ", ".join(map(literal_source, value)) + "]"
+    if kind is tuple:
+        return "(" + "".join(literal_source(v) + ", " for v in value) + ")"
+    if kind is dict:
+        return "{" + ", ".join(f"{literal_source(k)}: {literal_source(v)}" for k, v in value.items()) + "}"
+    if kind is set:
+        return "{" + ", ".join(map(literal_source, value)) + "}" if value else "set()"
+    if kind is frozenset:
+        return "frozenset({" + ", ".join(map(literal_source, value)) + "})" if value else "frozenset()"
+    return repr(value)  # None, bool, int, str, bytes: their reprs are literals
+
+
+def argument_source(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """An argument list (what goes inside `f(...)`) of literal_source values."""
+    return ", ".join([*map(literal_source, args), *(f"{k}={literal_source(v)}" for k, v in kwargs.items())])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import dis
 import functools
+import os
 import sys
 import warnings
 import weakref
@@ -394,9 +395,28 @@ def _filename(what: str) -> str:
     return f"<{what}>"
 
 
+# The test-only switch that runs jobs without the policy, static or in-process, as if a job
+# had escaped it (docs/security.md § The policy breaks: what then). The jail is unchanged.
+POLICY_ENV = "POPULA_SANDBOX_POLICY"
+
+
+def policy_off() -> bool:
+    """Whether the test-only switch POPULA_SANDBOX_POLICY=off is set."""
+    return os.environ.get(POLICY_ENV) == "off"
+
+
 def _checked(code: CodeType, what: str, source: str, mode: str) -> CodeType | Rejection:
     """The checked code of `source` (compiled as `code`), with reads of .format/.format_map
     compiled as checked calls where it has any; or why it cannot run."""
+    if policy_off():
+        try:  # what decides run counts still applies; where the check stops early, the most runs
+            if _check_code(code)[0]:
+                _ORDER_SENSITIVE.add(code)
+        except _Forbidden:
+            _ORDER_SENSITIVE.add(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            pass
+        return code
     try:
         sets, reads_format = _check_code(code)
         if reads_format:

@@ -25,11 +25,11 @@ that disagree make it wrong: the same record gets the same verdict every time.
 
 Workers come in two lanes that never share a process: teacher workers run teachers'
 programs (validation, and code_i answers, which run the task's program on the answer's
-values), student workers run students' code_f programs. A student's program, even one
-that escaped every Python-level check, so never finds a teacher's program or its outputs
-in its memory: the only secret it could copy from. Nor another student's program: a
-student worker's jobs are sealed (each in a memfd that only the job's own process reads,
-`_send_sealed`).
+values among its own inputs, in a job shaped like its validation: plan.py), student
+workers run students' code_f programs. A student's program, even one that escaped every
+Python-level check, so never finds a teacher's program or its outputs in its memory: the
+only secret it could copy from. Nor does any job find another: every job is sealed (in a
+memfd that only the job's own process reads, `_send_sealed`).
 
 The jail is required: if a worker cannot build it (no CAP_SYS_CHROOT as root, user
 namespaces forbidden as another user, ...), Sandbox() raises SandboxUnavailable (exit 2
@@ -66,6 +66,7 @@ from pathlib import Path
 
 from popula.errors import PopulaError
 from popula.records import TaskRecord, VerifyResult
+from popula.sandbox import policy
 from popula.sandbox.limits import Limits
 from popula.sandbox.plan import Job, Plan, plan_record
 from popula.sandbox.verdict import RunResult, assemble, checked
@@ -77,6 +78,7 @@ _MAX_BATCH = 32
 _MAX_ATTEMPTS = 3
 TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
 _ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
+_NOISE_BYTES = 48  # a run's placement noise (zygote._jitter_heap)
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
 ISOLATIONS = ("jail", "none")
@@ -123,6 +125,7 @@ def worker_config(limits: Limits, **fields: object) -> dict[str, object]:
     # a result frame bigger than this is cut off as output_too_large
     cfg["max_result_bytes"] = 64 * 1024 + 4 * limits.max_output_chars * 64
     cfg.update(fields)
+    cfg["policy"] = not policy.policy_off()
     return cfg
 
 
@@ -144,21 +147,25 @@ class _Group:
     job: Job
     lane: str
     need: int
-    id_mask: int = field(default_factory=lambda: secrets.randbits(64))
-    hash_mask: int = field(default_factory=lambda: secrets.randbits(61))
+    id_mask: int = 0x5A5A_C3C3_0F0F_9696  # runs 0 and 1: fixed, so they carry no entropy to a job
+    hash_mask: int = 0x0A5A_C3C3_0F0F_9696
     dispatched: int = 0
     used: set[int] = field(default_factory=set)
     runs: list[RunResult] = field(default_factory=list)
     gen: int = 0
     tries: int = 0
 
-    def masks(self, run: int) -> tuple[int, int]:
-        """Run 0's masks, their complement for run 1 (every bit differs), fresh ones after."""
+    def masks(self, run: int) -> tuple[int, int, bytes]:
+        """Run 0's masks (the same for every job), their complement for run 1 (every bit
+        differs), fresh ones after; and the run's own placement noise (zygote._jitter_heap).
+        A run that reads a mask says so and gets the fresh ones too, so no output can rest on
+        the fixed pair; and a job that reads its masks directly learns nothing random."""
+        noise = secrets.token_bytes(_NOISE_BYTES)
         if run == 0:
-            return self.id_mask, self.hash_mask
+            return self.id_mask, self.hash_mask, noise
         if run == 1:
-            return self.id_mask ^ _ID_BITS, self.hash_mask ^ _HASH_BITS
-        return secrets.randbits(64), secrets.randbits(61)
+            return self.id_mask ^ _ID_BITS, self.hash_mask ^ _HASH_BITS, noise
+        return secrets.randbits(64), secrets.randbits(61), noise
 
 
 @dataclass
@@ -167,7 +174,7 @@ class _Unit:
 
     group: _Group
     gen: int
-    masks: tuple[int, int]
+    masks: tuple[int, int, bytes]
 
 
 @dataclass
@@ -177,7 +184,7 @@ class _Worker:
     proc: subprocess.Popen
     to_fd: int
     from_fd: int
-    seal_sock: socket.socket | None = None  # student lane: where sealed jobs' fds go (_seal)
+    seal_sock: socket.socket  # where sealed jobs' fds go (_send_sealed)
     pid: int = 0
     hash_probe: int = 0
     batch: list[_Unit] = field(default_factory=list)
@@ -273,14 +280,14 @@ class Sandbox:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         lane = self._lanes[slot]
-        seal_sock, seal_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if lane == STUDENT else (None, None)
+        seal_sock, seal_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cfg = worker_config(
             self.limits,
             jail_dir=self._jail,
             uid=self._uid_base + slot,
             in_fd=to_r,
             out_fd=from_w,
-            seal_fd=seal_in.fileno() if seal_in is not None else -1,
+            seal_fd=seal_in.fileno(),
             isolation=self.isolation,
         )
         # -s -S: no site packages; the environment holds only the hash seed and LD_BIND_NOW (no
@@ -290,13 +297,12 @@ class Sandbox:
             env=worker_environment(self._seed(slot, fresh=True)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            pass_fds=(to_r, from_w) if seal_in is None else (to_r, from_w, seal_in.fileno()),
+            pass_fds=(to_r, from_w, seal_in.fileno()),
             start_new_session=True,  # terminal signals do not reach it; it is killed as a group
         )
         os.close(to_r)
         os.close(from_w)
-        if seal_in is not None:
-            seal_in.close()
+        seal_in.close()
         return _Worker(slot=slot, lane=lane, proc=proc, to_fd=to_w, from_fd=from_r, seal_sock=seal_sock)
 
     def _handshake(self, worker: _Worker) -> None:
@@ -346,8 +352,7 @@ class Sandbox:
                 os.close(fd)
             except OSError:
                 pass
-        if worker.seal_sock is not None:
-            worker.seal_sock.close()
+        worker.seal_sock.close()
         try:
             os.killpg(worker.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -475,18 +480,16 @@ class Sandbox:
         worker.deadline = time.monotonic() + 10.0 + len(batch) * (self.limits.wall_s + 1.0)
         jobs = [(n, *unit.group.job, *unit.masks) for n, unit in enumerate(batch)]
         try:
-            if worker.seal_sock is None:
-                self._send(worker, marshal.dumps(jobs))
-            else:
-                self._send_sealed(worker, jobs)
+            self._send_sealed(worker, jobs)
         except OSError:  # the worker died while idle
             self._worker_lost(worker, work, "was gone")
 
     def _send_sealed(self, worker: _Worker, jobs: list[tuple]) -> None:
-        """A student worker's batch: each job's code and inputs go in a memfd of its own, passed
+        """A batch: each job's code, inputs, masks and noise go in a memfd of its own, passed
         by descriptor (SCM_RIGHTS), and only the job's own process reads it, once jailed. The
-        worker and batch parent see descriptor numbers, never a program: a student's program,
-        even one that escaped the policy, finds no other student's program in its memory."""
+        worker and batch parent see descriptor numbers and batch positions, never a program:
+        a job, even one that escaped the policy, finds no other job in its memory, and
+        every job of either lane arrives the same way."""
         sealed = []
         try:
             for job in jobs:

@@ -11,10 +11,12 @@ kernel's larger attack surfaces (bpf, perf, io_uring, userfaultfd, keyrings, mod
 It also denies every way to reach or outlive the supervisor's kill: a new process group
 or session (setpgid, setsid), prctl (clearing the parent-death signal), signal ownership
 of an fd (fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG, leases, dnotify), and changing the limits,
-priority, scheduling or memory placement of another process. Some calls are denied only
+priority, scheduling or memory placement of another process. And it denies getrandom:
+no entropy reaches a job but the noise its pool hands it (its runs must be able to agree).
+Some calls are denied only
 for some argument values (_DENIED_IF_ARG, _DENIED_UNLESS_ARG: fcntl by command, prlimit64
 on a pid other than 0, i.e. itself).
-Everything else (memory, reading and writing the fds it already holds, time) is allowed,
+Everything else (memory, reading and writing the fds it already holds) is allowed,
 so the interpreter runs unchanged. The filter is built once in the worker (`build`) and
 installed by each child right before task code runs (`install`): it cannot be undone,
 and PR_SET_NO_NEW_PRIVS makes sure no exec could ever gain privileges back.
@@ -60,6 +62,8 @@ _DENIED = {
         "setpriority": 141, "ioprio_set": 251, "sched_setparam": 142, "sched_setscheduler": 144,
         "sched_setaffinity": 203, "sched_setattr": 314, "migrate_pages": 256, "move_pages": 279,
         "kcmp": 312, "get_robust_list": 274, "process_madvise": 440, "process_mrelease": 448,
+        # no entropy: a job's runs must be able to agree, so only the pool's noise reaches it
+        "getrandom": 318,
     }),
     "aarch64": (0xC00000B7, {
         "socket": 198, "connect": 203, "accept": 202, "bind": 200, "listen": 201, "accept4": 242,
@@ -82,6 +86,7 @@ _DENIED = {
         "setpriority": 140, "ioprio_set": 30, "sched_setparam": 118, "sched_setscheduler": 119,
         "sched_setaffinity": 122, "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
         "kcmp": 272, "get_robust_list": 100, "process_madvise": 440, "process_mrelease": 448,
+        "getrandom": 278,
     }),
 }
 

@@ -90,14 +90,50 @@ def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple
             return False, None, "the task output is not a value"
     if not answer_runs:
         raise AssertionError("an answer that needs a run has no run result")
-    if get_kind(record.type).answer == "program":
-        expected, inputs = outputs[hidden_split(len(outputs)) :], record.inputs[hidden_split(len(outputs)) :]
-    else:
-        expected, inputs = outputs[:1], [record.answer or ""]
-    reason, detail, got = validation(answer_runs, inputs)
+    if plan.answer_slot is not None:  # "arguments": the answer among the task's own inputs
+        labels = plan.answer_slot.place(list(record.inputs), record.answer or "")
+        reason, detail, got = validation(answer_runs, labels)
+        if reason is not None:
+            return False, reason, detail
+        _, answered = plan.answer_slot.split(got)
+        return reprs_equal(answered, outputs[0]), None, ""
+    split = hidden_split(len(outputs))
+    reason, detail, got = validation(answer_runs, record.inputs[split:])
     if reason is not None:
         return False, reason, detail
-    return all(map(reprs_equal, got, expected)), None, ""
+    return all(map(reprs_equal, got, outputs[split:])), None, ""
+
+
+def judged_differently(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> str | None:
+    """Why the task's program, run to judge an answer, returned for one of its own inputs
+    something other than its validated output (the task is then invalid); None if it did not."""
+    if plan.answer_slot is None or not answer_runs or not all("ok" in r for r in answer_runs):
+        return None
+    for run in answer_runs:
+        if len(run["ok"]) != len(outputs) + 1:
+            return "the task's program returned a wrong number of outputs when an answer was judged"
+        own, _ = plan.answer_slot.split(run["ok"])
+        for i, (got, validated) in enumerate(zip(own, outputs)):
+            if not reprs_equal(got, validated):
+                return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer was judged "
+                        f"and {_short(validated)} when the task was validated")
+    return None
+
+
+def _validated(plan: Plan, runs: list[RunResult]) -> tuple[str | None, str, list[str]]:
+    """validation() of a task's own runs; an "arguments" task's repeated input (plan.py)
+    must give what its original gives."""
+    inputs = plan.record.inputs
+    if plan.validate_slot is None:
+        return validation(runs, inputs)
+    reason, detail, outputs = validation(runs, plan.validate_slot.place(list(inputs), inputs[0]))
+    if reason is not None:
+        return reason, detail, outputs
+    own, repeated = plan.validate_slot.split(outputs)
+    if not reprs_equal(own[0], repeated):
+        return ("nondeterministic", f"input 0 ({_short(inputs[0], 40)}) gave {_short(own[0])} once and "
+                f"{_short(repeated)} when run again in the same process", [])
+    return None, "", own
 
 
 def assemble(plan: Plan, runs: list[RunResult], answer_runs: list[RunResult]) -> VerifyResult:
@@ -105,11 +141,13 @@ def assemble(plan: Plan, runs: list[RunResult], answer_runs: list[RunResult]) ->
     if plan.invalid is not None:
         return VerifyResult(id=record.id, valid=False, reason=plan.invalid.reason, detail=plan.invalid.detail)  # type: ignore[arg-type]
     if plan.validate is not None:
-        reason, detail, outputs = validation(runs, record.inputs)
+        reason, detail, outputs = _validated(plan, runs)
         if reason is not None:
             return VerifyResult(id=record.id, valid=False, reason=reason, detail=detail)  # type: ignore[arg-type]
     else:
         outputs = list(record.outputs)
+    if record.answer is not None and (why := judged_differently(plan, outputs, answer_runs)) is not None:
+        return VerifyResult(id=record.id, valid=False, reason="nondeterministic", detail=why)
     result = VerifyResult(id=record.id, valid=True, outputs=outputs)
     if record.answer is not None:
         result.correct, result.answer_reason, result.answer_detail = judge(plan, outputs, answer_runs)

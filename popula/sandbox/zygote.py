@@ -44,21 +44,23 @@ CLI). Only the explicit `isolation: "none"` skips chroot and the uid change.
 
 Determinism: a task's validation runs happen in *different* workers (different hash
 seeds, so string hashes and set order differ; different address-space layouts, so id()
-and default reprs differ); each child also shifts its heap by a random number of small
-allocations. `id()` and `hash()` of identity- or seed-hashed objects are XOR-ed with
-masks the pool picks per run (complements in a task's first two runs, fresh later), and a
-run that reads them says so, which gets the task more runs (_identity_builtins).
+and default reprs differ); each child also shifts its heap and mappings by the run's
+noise (_jitter_heap). `id()` and `hash()` of anything whose hash is not its value's are
+XOR-ed with masks the pool picks per run (complements in a job's first two runs, fresh
+later), and a run that reads them says so, which gets the task more runs
+(_identity_builtins).
 
-Protocol with the pool (the two pipe fds named in CONFIG_JSON): frames of a 4-byte
-big-endian length and a payload. Pool -> worker: marshal of a list of jobs
-(job_id, kind, program_code, arg_lists, id_mask, hash_mask). For kind "run" an arg list
-is the code of a lambda returning (args, kwargs) (a teacher's input, see
-policy.compile_argument_lists); for kind "call" it is the (args, kwargs) values
-themselves (a code_i answer, parsed by the pool). Worker -> pool: marshal of a list of
-(job_id, result_json_bytes), where the JSON is {"ok": [repr, ...]} or
-{"err": reason, "detail": text}, with "seeded": true when the run read a masked id or
-hash. The worker's first
-frame is its JSON hello: {"pid", "hash_probe", "warnings"} or {"jail_error": text}.
+Protocol with the pool (the two pipe fds named in CONFIG_JSON, and a socket for the jobs'
+memfds): frames of a 4-byte big-endian length and a payload. Pool -> worker: marshal of a
+list of (position, "sealed", k) for a batch, and the batch's memfds over the socket
+(SCM_RIGHTS); memfd k holds the marshal of one job (program_code, arg_codes, id_mask,
+hash_mask, noise), read only by that job's own jailed process. Every job has this one
+shape: an argument list is the code of a lambda returning (args, kwargs) (plan.py), and
+nothing in a job says whether it validates a task or judges an answer. Worker -> pool:
+marshal of a list of (position, result_json_bytes), where the JSON is {"ok": [repr, ...]}
+or {"err": reason, "detail": text}, with "seeded": true when the run read a masked id or
+hash. The worker's first frame is its JSON hello: {"pid", "hash_probe", "warnings"} or
+{"jail_error": text}.
 """
 
 import builtins
@@ -206,8 +208,8 @@ def _capability_dropper():
 
 
 def _check_aslr(warnings):
-    """Address-based nondeterminism (default reprs) is caught reliably only with ASLR;
-    True when it is off (then each child also jitters its heap)."""
+    """Address-based nondeterminism (default reprs) is caught less reliably without ASLR
+    (each job's child still shifts its heap and mappings: _jitter_heap); warn when it is off."""
     ADDR_NO_RANDOMIZE = 0x0040000
     persona = _LIBC.personality(0xFFFFFFFF)
     try:
@@ -220,8 +222,6 @@ def _check_aslr(warnings):
             "address-space randomisation (ASLR) is off: workers shift their heaps at random, "
             "but nondeterminism through default object reprs may go undetected"
         )
-        return True  # children shift their heaps too (_jitter_heap)
-    return False
 
 
 def _die_with_parent():
@@ -526,11 +526,18 @@ def _make_builtins():
     return safe
 
 
+def _real_builtins():
+    """CPython's builtins, import included: what a job that escaped the policy holds (the
+    test-only switch POPULA_SANDBOX_POLICY=off; the jail and the masked id/hash stay)."""
+    return dict(vars(builtins))
+
+
 # ----------------------------------------------------------------------------- child side
 
 
 def _stable_hash(obj, depth=0):
-    """Whether CPython's hash(obj) is the same in every process (no seed, no address).
+    """Whether CPython's hash(obj) is the same in every process (no seed, no address): only
+    for values of the exact built-in types whose hash is their value's.
 
     Not None (3.11 hashes it by address) and not a NaN (hashed by the object's address
     since 3.10): those count as identity, like object()."""
@@ -543,9 +550,10 @@ def _stable_hash(obj, depth=0):
         return not obj.is_nan()
     if kind in (tuple, frozenset) and depth < 50:
         return all(_stable_hash(item, depth + 1) for item in obj)
-    # a task's own class with its own __hash__: its result is the task's business (a
-    # seed-dependent hash inside it still goes through this function when it calls hash)
-    return getattr(kind, "__module__", None) == rules.TASK_MODULE_NAME and kind.__hash__ is not object.__hash__
+    # anything else may hash through a seed or an address out of the task's sight: subclasses
+    # of str, bytes and tuple (the seeded hashes), enums (the hash of their name), a task's
+    # own classes and dataclasses (library code calling the real hash on their fields)
+    return False
 
 
 # The identity masks of the running job and whether it used them: set in each job's child
@@ -668,6 +676,7 @@ class _Prepared:
 
     def __init__(self, base, tables, cfg):
         self.tables = tables
+        self.policy = cfg.get("policy", True)
         self.builtins = dict(base, **_identity_builtins())
         self.first_made = {}
         first = _importer(tables, self.first_made)
@@ -677,7 +686,8 @@ class _Prepared:
     def builtins_for(self, first):
         """The builtins of one input (with this input's importer)."""
         fresh = self.builtins
-        fresh["__import__"] = _importer(self.tables, self.first_made if first else {})
+        if self.policy:
+            fresh["__import__"] = _importer(self.tables, self.first_made if first else {})
         return fresh
 
 
@@ -767,16 +777,21 @@ def _jail(cfg):
 _HEAP_PAD = []
 
 
-def _jitter_heap():
-    """Shift where new objects land by a random number of live blocks per size class.
+def _jitter_heap(noise):
+    """Shift where new objects land by a random number of live blocks per size class, and
+    new mappings by a random number of pages, by the run's `noise` (from the pool: a jailed
+    job has no entropy of its own, getrandom is denied).
 
     Two children forked from the same parent share a heap layout, and with ASLR off even
-    two workers may: id(), hash(object()) and default reprs would then repeat across the
-    validation runs. Random padding per class (object() 16 bytes, float 32, list/dict/
-    tuple, strings of random sizes) makes the next allocations land elsewhere.
+    two workers may: default reprs and other address-derived values would then repeat
+    across the runs of a job. Random padding per class (object() 16 bytes, float 32, list/
+    dict/tuple, strings of random sizes) and a private mapping of random size make the next
+    allocations land elsewhere in every run, so an address-derived bit makes runs disagree.
     """
-    noise = os.urandom(40)
+    if len(noise) < 44:
+        return  # the worker's own warm-up
     pad = _HEAP_PAD
+    pad.append(mmap.mmap(-1, (1 + noise[40]) * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
     pad.append([object() for _ in range(noise[0])])  # 16-byte blocks
     pad.append([float(i) + 0.5 for i in range(noise[1])])  # 32
     pad.append([[] for _ in range(noise[2] % 64)])
@@ -829,10 +844,9 @@ def _describe(err):
 def _execute(job, prepared, cfg):
     """Run one job inside the jailed child; return the result dict.
 
-    A "run" job calls `f` on each argument list given as code (a teacher's inputs); a
-    "call" job on each given as values ((args, kwargs), a student's code_i answer parsed by
-    the pool): no answer text is ever run."""
-    _, kind, program, arg_lists, id_mask, hash_mask = job
+    Every job has one shape (plan.py): a program, and argument lists as code that `f` is
+    called on in order. Nothing in it says whether it validates a task or judges an answer."""
+    _, program, arg_lists, id_mask, hash_mask, _noise = job
     _set_masks(id_mask, hash_mask)
     outputs = []
     try:
@@ -846,7 +860,7 @@ def _execute(job, prepared, cfg):
             f = scope.get("f")
             if not callable(f):
                 return {"err": "no_entry_function", "detail": "the program defines no callable f"}
-            packed = arg_list if kind == "call" else types.FunctionType(arg_list, scope)()
+            packed = types.FunctionType(arg_list, scope)()
             if not (type(packed) is tuple and len(packed) == 2 and type(packed[0]) is tuple and type(packed[1]) is dict):
                 return {"err": "syntax", "detail": "the input is not a plain argument list"}
             items.append(f(*packed[0], **packed[1]))
@@ -884,8 +898,7 @@ def _warm_up(prepared, cfg):
     program = compile("def f(x, y=2.5):\n    return [x, str(x), {'a': (x, y, None, True)}]", "<warm-up>", "exec")
     arg_code = compile("lambda: ((1,), {})", "<warm-up>", "eval").co_consts[0]
     for i in range(64):
-        _encode_result(_execute((0, "run", program, [arg_code, arg_code], 0, 0), prepared, cfg))
-        _encode_result(_execute((0, "call", program, [((1,), {}), ((2.5, "a"), {"y": 1})], 0, 0), prepared, cfg))
+        _encode_result(_execute((0, program, [arg_code, arg_code], 0, 0, b""), prepared, cfg))
 
 
 def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
@@ -896,10 +909,9 @@ def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
         for fd in parent_fds:
             os.close(fd)
         _jail_job(cfg, parent_pid)
-        if cfg["jitter"]:
-            _jitter_heap()
         if job[1] == "sealed":
             job = _unseal(job)
+        _jitter_heap(job[5])
         result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
         if _SEEDED[0]:
@@ -1001,7 +1013,7 @@ def _probe_jail(cfg):
                 if child == 0:
                     try:
                         _jail_job(cfg, parent)
-                        _jitter_heap()
+                        _jitter_heap(bytes(range(48)))
                         message = b"ok"
                         if cfg["userns"]:
                             if os.listdir("/") or cfg["_capabilities"][1]():
@@ -1252,16 +1264,34 @@ def setup(cfg, warnings):
     cfg["worker_pid"] = os.getpid()
     cfg["seccomp"] = seccomp.build()
     _seccomp_installers(cfg)  # ctypes objects built before any fork
-    cfg["jitter"] = _check_aslr(warnings)
+    _check_aslr(warnings)
     problems = _jail_problems(cfg)
     if problems:
         return None, problems
     _load_codecs()
-    prepared = _Prepared(_make_builtins(), _module_tables(warnings), cfg)
+    prepared = _Prepared(_make_builtins() if cfg.get("policy", True) else _real_builtins(), _module_tables(warnings), cfg)
     _warm_up(prepared, cfg)
+    _drop_own_modules()
     gc.collect()
     gc.freeze()  # children's collections skip everything the parent made (and its pages stay shared)
     return prepared, ""
+
+
+_OWN_MODULES = []  # the modules _drop_own_modules took out of sys.modules, kept alive here
+
+
+def _drop_own_modules():
+    """Take this worker's own modules and `builtins` out of sys.modules (they stay alive).
+
+    Library code looks modules up by names a task can choose: enum.global_enum(cls) updates
+    `sys.modules[cls.__module__].__dict__`, typing and dataclasses read it. The policy's own
+    names (this module's `_hidden`, the rules it reads, the real builtins its checks call)
+    must be reachable by none of those names, so no allowed call can rewrite them; what is
+    left in sys.modules is library modules, whose globals a job may spoil for itself only."""
+    me = sys.modules.get(__name__)
+    for name, module in list(sys.modules.items()):
+        if module is me or name in ("__main__", "builtins", "rules", "values", "seccomp"):
+            _OWN_MODULES.append(sys.modules.pop(name))
 
 
 def main():
