@@ -43,6 +43,19 @@ COIN_FLIPS = [
     ("hash_pair_parity", "def f(x):\n    a, b = hash('a'), hash('b')\n    return (a ^ b) & 3", "0"),
     ("id_difference", "def f(x):\n    a, b = object(), object()\n    return (id(a) - id(b)) % 5", "0"),
     ("object_hash_pair", "def f(x):\n    a, b = object(), object()\n    return (hash(a) ^ hash(b)) % 3", "0"),
+    # hashes that are not their value's own: seeded str/tuple hashes behind a subclass or an
+    # enum, library code hashing a dataclass's fields
+    ("str_subclass_hash", "class S(str):\n    pass\ndef f(x):\n    return hash(S('ab')) & 1", "0"),
+    ("tuple_subclass_hash", "class T(tuple):\n    pass\ndef f(x):\n    return hash(T(('a',))) & 1", "0"),
+    ("enum_hash", "import enum\nclass E(enum.Enum):\n    A = 1\ndef f(x):\n    return hash(E.A) & 1", "0"),
+    ("own_hash_of_strings", "class K:\n    def __init__(self, s):\n        self.s = s\n    def __hash__(self):\n"
+     "        return hash(self.s)\ndef f(x):\n    return hash(K('ab')) & 1", "0"),
+    # an address shown in the default repr of a task's class
+    ("default_repr_address", "class A:\n    pass\ndef f(x):\n    return (int(repr(A())[-5:-1], 16) >> 4) & 1", "0"),
+    ("default_str_address", "class A:\n    pass\ndef f(x):\n    return (int(f'{A()}'[-5:-1], 16) >> 4) & 1", "0"),
+    # text no run controls (an address, a set's order), read back from a caught exception
+    ("address_in_error_message", "def f(x):\n    try:\n        raise ValueError(object())\n"
+     "    except ValueError as err:\n        return (int(str(err)[-5:-1], 16) >> 4) & 1", "0"),
 ]
 
 

@@ -209,8 +209,9 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
     Returns (order-sensitive, reads format). Order-sensitive: the code may build sets
     (displays, comprehensions, set()/frozenset(), set methods, dict views, frozenset
     constants, names reached by string or computed name: _SET_NAMES, _SET_METHODS), whose
-    iteration order of strings depends on the hash seed, so its validation needs more runs
-    (pool.py). Reads format: it reads `.format`/`.format_map` somewhere, so it must be
+    iteration order of strings depends on the hash seed, or keep a caught exception, whose
+    message may hold such a set or an address (_binds_exceptions), so its validation needs
+    more runs (pool.py). Reads format: it reads `.format`/`.format_map` somewhere, so it must be
     compiled again with those reads checked (_with_format_checks); `rewritten` says it
     was, and then only reads on a literal template may remain (checked here).
     """
@@ -228,9 +229,27 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
                 _check_const(const, own)
                 if isinstance(const, frozenset) or (isinstance(const, str) and const in _SET_METHODS):
                     sets = True  # a frozenset constant; a set-building name reached by string
-    if not sets and _views_with_set_operators(codes, decoded):
+    if not sets and (_views_with_set_operators(codes, decoded) or _binds_exceptions(decoded)):
         sets = True
     return sets, reads_format
+
+
+_EXC_MATCH = frozenset(dis.opmap[name] for name in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH") if name in dis.opmap)
+_STORES = frozenset(dis.opmap[name] for name in ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"))
+_JUMPS_IF_FALSE = frozenset(op for name, op in dis.opmap.items() if "JUMP" in name and "IF_FALSE" in name)
+
+
+def _binds_exceptions(decoded: list[list[tuple[int, int]]]) -> bool:
+    """Whether the program keeps an exception it caught (`except E as e`): its message may
+    hold text that no run controls, such as the repr of a set built inside library code or
+    an object's address, so the program is treated as order-sensitive (more runs)."""
+    for instructions in decoded:
+        for i, (op, _) in enumerate(instructions[:-2]):
+            if op in _EXC_MATCH:
+                after = [o for o, _ in instructions[i + 1 : i + 3] if o not in _JUMPS_IF_FALSE]
+                if after and after[0] in _STORES:
+                    return True
+    return False
 
 
 def _views_with_set_operators(codes: list[CodeType], decoded: list[list[tuple[int, int]]]) -> bool:

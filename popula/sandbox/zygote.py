@@ -580,7 +580,8 @@ def _identity_builtins():
     is a per-run counter in order of first request (the same in every run of a
     deterministic program), and hash(x) of a seed- or address-hashed value is a keyed
     digest of its content (str, bytes, tuples/frozensets of them) or that counter
-    (identity-hashed objects, None, NaN); both are XOR-ed with the run's masks, which the
+    (identity-hashed objects, None, NaN), and the default repr of a task's class shows that
+    id, not an address; all are XOR-ed with the run's masks, which the
     pool chooses per task and run: the second run's are the complement of the first's (so
     any single bit differs for certain), later runs' are fresh random (so any combination of
     bits differs with probability 1/2 per run). A run that reads a masked value says so
@@ -634,7 +635,25 @@ def _identity_builtins():
         seeded[0] = True
         return digest(obj) ^ masks[1]
 
-    return {"id": _like_builtin(id, real_id), "hash": _like_builtin(hash, real_hash)}
+    real_build_class, object_repr, set_type_attr = builtins.__build_class__, object.__repr__, type.__setattr__
+    task_module = rules.TASK_MODULE_NAME
+
+    def __repr__(self):  # a task class's default repr, its address masked like id()
+        seeded[0] = True
+        kind = type(self)
+        return f"<{task_module}.{kind.__qualname__} object at {hex(pseudo_id(self) ^ masks[0])}>"
+
+    def __build_class__(func, name, *bases, **kwds):  # noqa: N807  (the builtin's name)
+        cls = real_build_class(func, name, *bases, **kwds)
+        if isinstance(cls, type) and cls.__repr__ is object_repr:
+            try:
+                set_type_attr(cls, "__repr__", __repr__)
+            except (TypeError, AttributeError):
+                pass
+        return cls
+
+    return {"id": _like_builtin(id, real_id), "hash": _like_builtin(hash, real_hash),
+            "__build_class__": _like_builtin(__build_class__, real_build_class)}
 
 
 def _importer(tables, made):
