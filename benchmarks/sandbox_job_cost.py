@@ -48,7 +48,7 @@ def write_batches(path: Path, n_tasks: int, n_jobs: int, batch: int) -> None:
         plan = plan_record(task, Limits())
         if plan.validate is not None:
             for masks in ((0x5A5A5A5A5A5A5A5A, 0x15A5A5A5A5A5A5A5), (0xA5A5A5A5A5A5A5A5, 0x0A5A5A5A5A5A5A5A)):
-                jobs.append((len(jobs), *plan.validate, *masks))
+                jobs.append((len(jobs), *plan.validate, *masks, os.urandom(48)))
     with path.open("wb") as out:
         for start in range(0, n_jobs + batch, batch):
             frame = marshal.dumps([jobs[k % len(jobs)] for k in range(start, start + batch)])
@@ -71,8 +71,20 @@ def measure(jobs_file: str, cfg: dict, n_jobs: int, batch: int) -> dict:
         raise SystemExit(f"the jail cannot be built here: {problems}")
     frames = open(jobs_file, "rb")  # read a batch at a time, as a worker does
 
+    sealed_fds: list[int] = []
+
     def next_batch():
-        return marshal.loads(frames.read(int.from_bytes(frames.read(4), "big")))
+        """A batch as a worker holds it: each job in a memfd of its own (pool._send_sealed)."""
+        for fd in sealed_fds:
+            os.close(fd)
+        sealed_fds.clear()
+        batch = []
+        for job in marshal.loads(frames.read(int.from_bytes(frames.read(4), "big"))):
+            fd = os.memfd_create("popula-job", os.MFD_CLOEXEC)
+            os.write(fd, marshal.dumps(job[1:]))
+            sealed_fds.append(fd)
+            batch.append((job[0], "sealed", fd))
+        return batch
 
     zygote._run_batch(next_batch(), cfg, prepared)  # warm-up
     cpu0, flt0 = _children()

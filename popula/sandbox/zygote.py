@@ -796,27 +796,29 @@ def _jail(cfg):
 _HEAP_PAD = []
 
 
+_JITTERED_CLASSES = (48, 160)  # bound methods and small objects; functions (besides 16: object())
+
+
 def _jitter_heap(noise):
     """Shift where new objects land by a random number of live blocks per size class, and
     new mappings by a random number of pages, by the run's `noise` (from the pool: a jailed
     job has no entropy of its own, getrandom is denied).
 
-    Two children forked from the same parent share a heap layout, and with ASLR off even
-    two workers may: default reprs and other address-derived values would then repeat
-    across the runs of a job. Random padding per class (object() 16 bytes, float 32, list/
-    dict/tuple, strings of random sizes) and a private mapping of random size make the next
-    allocations land elsewhere in every run, so an address-derived bit makes runs disagree.
+    Two children forked from the same parent share a heap layout, and two workers differ
+    only in the page-sized bits that ASLR draws: default reprs and other address-derived
+    values would repeat their low bits across the runs of a job. A random number of
+    blocks in the size classes of objects whose default repr shows an address (object(),
+    bound methods, functions) and a private mapping of random size make the next
+    allocations land elsewhere in every run. Kept to those few classes: every class
+    padded costs the job a copied page or two.
     """
     if len(noise) < 44:
         return  # the worker's own warm-up
     pad = _HEAP_PAD
     pad.append(mmap.mmap(-1, (1 + noise[40]) * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
-    pad.append([object() for _ in range(noise[0])])  # 16-byte blocks
-    pad.append([float(i) + 0.5 for i in range(noise[1])])  # 32
-    pad.append([[] for _ in range(noise[2] % 64)])
-    pad.append([{} for _ in range(noise[3] % 64)])
-    for i, size in enumerate(range(64, 513, 16)):  # every larger class: strings of size-7 bytes
-        pad.extend("x" * (size - 56) + str(k) for k in range(noise[4 + i] % 16))
+    pad.append([object() for _ in range(noise[0])])  # 16-byte blocks: address bits 4 to 11
+    for i, size in enumerate(_JITTERED_CLASSES):  # bytes of size-7 bytes take blocks of `size`
+        pad.extend(bytes(size - 40) + bytes((k,)) for k in range(noise[1 + i] % 16))
 
 
 def _represent(value, limit):
