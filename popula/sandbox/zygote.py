@@ -33,7 +33,8 @@ security boundary; the Python policy in rules.py/policy.py is the second line):
   threads), RLIMIT_CORE=0, RLIMIT_NOFILE;
 - a seccomp filter (seccomp.py): no sockets, signals to others, ptrace, fork/exec,
   namespaces, mounts, bpf/perf/io_uring, setpgid/setsid, prctl, fd signal ownership
-  (F_SETOWN & co.), other processes' limits or scheduling;
+  (F_SETOWN & co., ioctls but a few questions about an fd), other processes' limits or
+  scheduling, nor the host-facing calls no task needs;
 - no network: the worker unshared a fresh, empty network namespace at start where the
   kernel allows it (the seccomp filter denies sockets either way);
 - every fd closed except /dev/null on 0-2 and its own result pipe;
