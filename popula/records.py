@@ -12,9 +12,10 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, BinaryIO, Literal, get_args
 
 from popula.errors import PopulaError
 from popula.kinds import get_kind, task_types
@@ -33,6 +34,8 @@ Reason = Literal[
     "output_too_large",
     "not_a_value",  # an answer only: a code_o/code_i answer that is not literal values (never run)
     "too_long",  # valid to the sandbox, but its student prompt and answer exceed the model's context
+    "malformed",  # `popula verify` only: a line that is no task record (not JSON, a field missing or wrong, ...)
+    "too_large",  # a record over the sandbox's caps (bytes per record, inputs per task): refused unread
 ]
 REASONS: tuple[str, ...] = get_args(Reason)
 
@@ -71,7 +74,8 @@ class VerifyResult:
 
     `valid` says whether the task itself is sound (parses, runs, is deterministic);
     `correct` judges the record's answer, and is None when it has none or the task is
-    invalid.
+    invalid. `id` is None only for a line of a task file whose id could not be read
+    (RecordFault).
 
     Extension of the line of docs/design.md § Task records: `answer_reason` is None when the answer produced a
     value that was compared (right or wrong), and otherwise says why it could not
@@ -80,7 +84,7 @@ class VerifyResult:
     Rewards use it to tell a malformed answer from a wrong one.
     """
 
-    id: str
+    id: str | None
     valid: bool
     reason: Reason | None = None
     detail: str = ""
@@ -159,42 +163,128 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
     )
 
 
+@dataclass
+class RecordFault:
+    """A line of a task file that holds no record to judge: where it is, its id when one
+    could be read, and why (reason "malformed" or "too_large"; `detail` starts with where)."""
+
+    where: str
+    id: str | None
+    reason: Reason
+    detail: str
+
+    def verdict(self) -> VerifyResult:
+        """Its line of `popula verify` output: an invalid record, with the reason."""
+        return VerifyResult(id=self.id, valid=False, reason=self.reason, detail=self.detail)
+
+
 def read_records(path: str | Path) -> list[TaskRecord]:
     """Read a JSONL task file; blank lines are skipped, any other fault names its line.
 
     Faults that would otherwise pass silently are errors too: a key given twice in one
     object (JSON keeps the last, so the first value would vanish), two records with one id
-    (their results could not be told apart) and a file without a single record.
+    (their results could not be told apart) and a file without a single record. The first
+    fault raises PopulaError; `scan_records` reports them per record instead.
     """
+    records = []
+    for entry in scan_records(path):
+        if isinstance(entry, RecordFault):
+            raise PopulaError(entry.detail)
+        records.append(entry)
+    return records
+
+
+def scan_records(path: str | Path, max_line_bytes: int | None = None) -> list[TaskRecord | RecordFault]:
+    """Each record of a JSONL task file, in order, or the fault that keeps its line from
+    being one (as read_records words it): a bad line is that line's problem, and the rest
+    of the file is still read. A line over `max_line_bytes` is a "too_large" fault, skipped
+    unread, so an oversized record costs no parsing. Only what spoils the whole file raises
+    PopulaError: no such file, unreadable, or no record at all."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            entries, blank = _scan(fh, str(path), max_line_bytes)
     except FileNotFoundError:
         raise PopulaError(f"{path}: no such task file") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise PopulaError(f"{path}: cannot read task file ({err})") from None
-    records = []
-    first_line: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line, object_pairs_hook=_no_repeated_keys)
-        except json.JSONDecodeError as err:
-            raise PopulaError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-        except _RepeatedKey as err:
-            raise PopulaError(f"{where}: key {err.key!r} appears twice in one object; keep one") from None
-        record = parse_record(obj, where)
-        if record.id in first_line:
-            raise PopulaError(f"{where}: id {record.id!r} is already the id of line {first_line[record.id]}; "
-                              "every record needs its own id")
-        first_line[record.id] = lineno
-        records.append(record)
-    if not records:
-        what = "is empty" if not text else "holds only blank lines"
+    if not entries:
+        what = "holds only blank lines" if blank else "is empty"
         raise PopulaError(f"{path}: no task records (the file {what}); write one JSON object per line")
-    return records
+    return entries
+
+
+def _scan(fh: BinaryIO, name: str, max_line_bytes: int | None) -> tuple[list[TaskRecord | RecordFault], bool]:
+    """scan_records on an open file: (entries, whether a blank line was seen)."""
+    entries: list[TaskRecord | RecordFault] = []
+    first_line: dict[str, int] = {}
+    blank = False
+    for lineno, (raw, length) in enumerate(_raw_lines(fh, max_line_bytes), start=1):
+        where = f"{name}:{lineno}"
+        if raw is None:
+            entries.append(RecordFault(where, None, "too_large", f"{where}: the record is {length} bytes long "
+                                       f"(limit {max_line_bytes}); it was skipped unparsed"))
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            entries.append(RecordFault(where, None, "malformed", f"{where}: not UTF-8 text ({err.reason} at byte {err.start})"))
+            continue
+        if not line.strip():
+            blank = True
+            continue
+        entry = _parse_line(line, where)
+        if isinstance(entry, TaskRecord):
+            if entry.id in first_line:
+                entry = RecordFault(where, entry.id, "malformed", f"{where}: id {entry.id!r} is already the id of line "
+                                    f"{first_line[entry.id]}; every record needs its own id")
+            else:
+                first_line[entry.id] = lineno
+        entries.append(entry)
+    return entries, blank
+
+
+def _raw_lines(fh: BinaryIO, cap: int | None) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of `fh` without its newline, with its length in bytes; a line longer than
+    `cap` comes as None, and the rest of it is skipped in small chunks, never held whole."""
+    while True:
+        raw = fh.readline(-1 if cap is None else cap + 2)  # room for the newline ("\r\n" at most)
+        if not raw:
+            return
+        length = _content_length(raw)
+        if cap is None or length <= cap:
+            yield raw[:length], length
+            continue
+        while not raw.endswith(b"\n"):
+            raw = fh.readline(1 << 16)
+            if not raw:
+                break
+            length += _content_length(raw)
+        yield None, length
+
+
+def _content_length(raw: bytes) -> int:
+    """len(raw) without its line ending, computed without a copy of `raw`."""
+    n = len(raw)
+    while n and raw[n - 1] in b"\r\n":
+        n -= 1
+    return n
+
+
+def _parse_line(line: str, where: str) -> TaskRecord | RecordFault:
+    """One non-blank line as a record, or its fault (its id kept when it could be read)."""
+    try:
+        obj = json.loads(line, object_pairs_hook=_no_repeated_keys)
+    except json.JSONDecodeError as err:
+        return RecordFault(where, None, "malformed", f"{where}: not valid JSON ({err.msg} at column {err.colno})")
+    except _RepeatedKey as err:
+        return RecordFault(where, None, "malformed", f"{where}: key {err.key!r} appears twice in one object; keep one")
+    try:
+        return parse_record(obj, where)
+    except PopulaError as err:
+        record_id = obj.get("id") if isinstance(obj, dict) else None
+        readable = isinstance(record_id, (str, int)) and not isinstance(record_id, bool)
+        return RecordFault(where, str(record_id) if readable else None, "malformed", str(err))
 
 
 class _RepeatedKey(Exception):

@@ -27,12 +27,13 @@ import unprivileged
 
 ZYGOTE = Path(popula.sandbox.__file__).with_name("zygote.py")
 
-SCRIPT = r"""
+# Builds the jail as a worker does (argv[1]: zygote.py) and defines jailed(body): run body()
+# in a job's child under a jailed batch parent. Also used by tests/test_sandbox_jail_syscalls.py.
+HARNESS = r"""
 import ctypes, fcntl, importlib.util, json, os, resource, signal, socket, struct, sys, tempfile, time
 spec = importlib.util.spec_from_file_location("zygote_under_test", sys.argv[1])
 z = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(z)
-target, port = sys.argv[2], int(sys.argv[3])
 jail = tempfile.mkdtemp()
 os.chmod(jail, 0o555)
 userns = os.geteuid() != 0  # as the worker decides: root's jail, or the same in a user namespace
@@ -78,6 +79,10 @@ def jailed(body):
     if parent_alive:
         status = json.loads(child_status)
     return body_data, status, time.monotonic() - start, parent_alive
+"""
+
+SCRIPT = HARNESS + r"""
+target, port = sys.argv[2], int(sys.argv[3])
 
 def attacks():
     out = {}
@@ -169,22 +174,29 @@ def report(request):
     os.chmod(workdir, 0o777)
     target = Path(workdir) / "written"
     try:
-        if request.param == "unprivileged":
-            if os.geteuid() != 0:
-                pytest.skip("the tests run unprivileged already: 'as-is' is that case")
-            zygote = unprivileged.sandbox_copy() / "popula" / "sandbox" / "zygote.py"
-            argv = [unprivileged.interpreter(), "-I", "-S", "-c", SCRIPT, str(zygote), str(target), str(server.getsockname()[1])]
-            done = unprivileged.run(argv, timeout=60)
-        else:
-            argv = [sys.executable, "-I", "-S", "-c", SCRIPT, str(ZYGOTE), str(target), str(server.getsockname()[1])]
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        data = json.loads(done.stdout)
-        assert "unavailable" not in data, data["unavailable"]
+        data = run_jailed(SCRIPT, request.param, str(target), str(server.getsockname()[1]))
         data["written"] = target.read_bytes() if target.exists() else b""
         return data
     finally:
         server.close()
+
+
+def run_jailed(script: str, who: str, *args: str) -> dict:
+    """The JSON that `script` (HARNESS and what it runs in jailed jobs) prints, run as this
+    process's user (who="as-is") or as an unprivileged uid (who="unprivileged"; skipped when
+    this process is unprivileged already)."""
+    if who == "unprivileged":
+        if os.geteuid() != 0:
+            pytest.skip("the tests run unprivileged already: 'as-is' is that case")
+        zygote = unprivileged.sandbox_copy() / "popula" / "sandbox" / "zygote.py"
+        done = unprivileged.run([unprivileged.interpreter(), "-I", "-S", "-c", script, str(zygote), *args], timeout=60)
+    else:
+        argv = [sys.executable, "-I", "-S", "-c", script, str(ZYGOTE), *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert "unavailable" not in data, data["unavailable"]
+    return data
 
 
 @pytest.mark.slow

@@ -49,13 +49,17 @@ def test_results_go_to_stdout_by_default(tmp_path, capsys):
     assert "valid 1/1" in captured.err
 
 
-def test_a_bad_file_exits_2_naming_file_line_and_field(tmp_path):
+def test_a_bad_record_gets_a_verdict_naming_file_line_and_field_and_the_rest_is_judged(tmp_path):
     path = tmp_path / "bad.jsonl"
     good = {"id": "x", "type": "code_o", "program": "def f(a):\n    return a", "inputs": ["1"]}
-    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "inputs": "1"}) + "\n")
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "y", "inputs": "1"}) + "\n")
     done = subprocess.run([sys.executable, "-m", "popula", "verify", str(path)], capture_output=True, text=True)
-    assert done.returncode == 2
-    assert f"{path}:2" in done.stderr and "'inputs'" in done.stderr
+    assert done.returncode == 0, done.stderr
+    judged, bad = [json.loads(line) for line in done.stdout.splitlines()]
+    assert judged["valid"] and judged["outputs"] == ["1"]
+    assert (bad["id"], bad["valid"], bad["reason"]) == ("y", False, "malformed")
+    assert bad["detail"].startswith(f"{path}:2: ") and "'inputs'" in bad["detail"]
+    assert "valid 1/2" in done.stderr and "1 bad line (malformed or too large)" in done.stderr
 
 
 @pytest.mark.parametrize("args", [["--workers", "0"], ["--out", "/nonexistent-dir/x.jsonl"]])

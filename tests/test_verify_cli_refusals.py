@@ -1,8 +1,12 @@
-"""`popula verify` refuses what it cannot do right, says where, and leaves no trace.
+"""`popula verify` refuses what it cannot do right, says where, and leaves no trace; a bad
+record is that record's problem.
 
-Every refusal is exit 2 with one message naming the file (and the line, where a line is at
-fault), never a traceback, and nothing written or overwritten: not the input, not --out, not
-a temporary file.
+Every refusal of the whole run (options, --out, a file without a record) is exit 2 with one
+message naming the file, never a traceback, and nothing written or overwritten: not the
+input, not --out, not a temporary file. A line that is no record (not JSON, a key twice, a
+field missing or wrong, an id already taken: reason "malformed") or is over the sandbox's
+caps (bytes per record, inputs per task: "too_large") is refused alone: it gets an invalid
+result whose detail names its line and why, in its place, and every other record is judged.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pytest
 
 from popula.cli import main
 from popula.records import read_records, write_jsonl
+from popula.sandbox import Limits
 
 GOOD = {"id": "x", "type": "code_o", "program": "def f(a):\n    return a + 1", "inputs": ["1"]}
 CODE_F = {"id": "fx", "type": "code_f", "program": "def f(a):\n    return a * 2", "inputs": ["1", "2"]}
@@ -33,6 +38,12 @@ def refused(args: list[str], capsys) -> str:
     captured = capsys.readouterr()
     assert captured.out == ""
     return captured.err
+
+
+def verdicts(args: list[str], capsys) -> list[dict]:
+    """Run `popula verify ARGS` in this process; it must succeed: one result per record."""
+    assert main(["verify", *args, "--workers", "1"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
 def listing(directory: Path) -> dict[str, bytes]:
@@ -90,35 +101,108 @@ def test_a_file_without_records_says_so(tmp_path, capsys, content, what):
     assert f"{tasks}: no task records (the file {what})" in err
 
 
-def test_duplicate_ids_are_an_error_naming_both_lines(tmp_path, capsys):
+# -- a bad record is that record's problem ------------------------------------------------------------
+
+def test_a_duplicate_id_is_refused_on_its_later_line_naming_both(tmp_path, capsys):
     tasks = write(tmp_path / "t.jsonl", json.dumps(GOOD), "", json.dumps({**GOOD, "id": "y"}), json.dumps(GOOD))
     out = tmp_path / "out.jsonl"
-    err = refused([str(tasks), "--out", str(out)], capsys)
-    assert f"{tasks}:4: id 'x' is already the id of line 1" in err
-    assert not out.exists()
+    assert main(["verify", str(tasks), "--out", str(out), "--workers", "1"]) == 0
+    first, other, again = [json.loads(line) for line in out.read_text().splitlines()]
+    assert first["valid"] and other["valid"]
+    assert (again["id"], again["valid"], again["reason"]) == ("x", False, "malformed")
+    assert again["detail"] == f"{tasks}:4: id 'x' is already the id of line 1; every record needs its own id"
 
 
 def test_an_integer_id_and_its_string_are_the_same_id(tmp_path, capsys):
     tasks = write(tmp_path / "t.jsonl", json.dumps({**GOOD, "id": 7}), json.dumps({**GOOD, "id": "7"}))
-    assert f"{tasks}:2: id '7' is already the id of line 1" in refused([str(tasks)], capsys)
+    assert verdicts([str(tasks)], capsys)[1]["detail"].startswith(f"{tasks}:2: id '7' is already the id of line 1")
 
 
 @pytest.mark.parametrize("line", [
     '{"id": "x", "id": "y", "type": "code_o", "program": "def f(a):\\n    return a", "inputs": ["1"]}',
     '{"id": "x", "type": "code_o", "program": "def f(a):\\n    return a", "inputs": ["1"], "extra": {"k": 1, "k": 2}}',
 ])
-def test_a_key_given_twice_is_an_error_naming_the_line_and_key(tmp_path, capsys, line):
+def test_a_key_given_twice_is_refused_naming_the_line_and_key(tmp_path, capsys, line):
     tasks = write(tmp_path / "t.jsonl", json.dumps({**GOOD, "id": "first"}), line)
-    err = refused([str(tasks)], capsys)
-    assert f"{tasks}:2: key " in err and "appears twice in one object" in err
+    first, bad = verdicts([str(tasks)], capsys)
+    assert first["valid"] and bad["reason"] == "malformed"
+    assert bad["detail"].startswith(f"{tasks}:2: key ") and "appears twice in one object" in bad["detail"]
 
 
 @pytest.mark.parametrize("inputs", [["1"]])
 def test_code_f_needs_a_shown_and_a_hidden_input_and_says_how_it_splits(tmp_path, capsys, inputs):
     tasks = write(tmp_path / "t.jsonl", json.dumps(GOOD), json.dumps({**CODE_F, "inputs": inputs}))
-    err = refused([str(tasks)], capsys)
-    assert f"{tasks}:2: field 'inputs' of a code_f task holds 1 input; it needs at least 2" in err
-    assert "first half (n // 2) is shown" in err
+    bad = verdicts([str(tasks)], capsys)[1]
+    assert (bad["id"], bad["reason"]) == ("fx", "malformed")
+    assert bad["detail"].startswith(f"{tasks}:2: field 'inputs' of a code_f task holds 1 input; it needs at least 2")
+    assert "first half (n // 2) is shown" in bad["detail"]
+
+
+def test_a_file_mixing_good_and_bad_records_gets_a_verdict_for_each_and_a_reason_for_each_bad_one(tmp_path, capsys):
+    oversized = {**CODE_F, "id": "oversized", "inputs": ["'" + "x" * 16_000 + "'"] * 1200}  # 20 MB
+    lines = [
+        json.dumps(GOOD),
+        json.dumps({**GOOD, "id": "two-inputs", "inputs": ["1", "2"]}),  # a code_o record holds one
+        "{not json",
+        json.dumps(["a", "list"]),
+        json.dumps({**GOOD, "id": "no-program", "program": None}),
+        json.dumps(oversized),
+        json.dumps({**CODE_F, "id": "many-inputs", "inputs": [str(i) for i in range(1200)]}),
+        json.dumps({**CODE_F, "answer": "def f(a):\n    return a + a"}),
+        json.dumps({**GOOD, "id": "code-o", "answer": "2"}),
+    ]
+    tasks = write(tmp_path / "t.jsonl", *lines)
+    with tasks.open("ab") as fh:
+        fh.write(b'{"id": "latin-1", "program": "caf\xe9"}\n')
+    rows = verdicts([str(tasks)], capsys)
+    assert [(r["id"], r["valid"], r["reason"]) for r in rows] == [
+        ("x", True, None), ("two-inputs", False, "malformed"), (None, False, "malformed"), (None, False, "malformed"),
+        ("no-program", False, "malformed"), (None, False, "too_large"), ("many-inputs", False, "too_large"),
+        ("fx", True, None), ("code-o", True, None), (None, False, "malformed"),
+    ]
+    assert rows[0]["outputs"] == ["2"] and rows[7]["correct"] is True and rows[8]["correct"] is True
+    details = [r["detail"] for r in rows if not r["valid"]]
+    assert all(d and "\n" not in d for d in details)
+    assert details[0] == f"{tasks}:2: field 'inputs' of a code_o task must hold exactly one input"
+    assert details[1].startswith(f"{tasks}:3: not valid JSON")
+    assert details[2] == f"{tasks}:4: a task record must be a JSON object, got list"
+    assert details[3] == f"{tasks}:5: field 'program' must be str, got NoneType"
+    assert details[4].startswith(f"{tasks}:6: the record is ") and "bytes long (limit 1048576)" in details[4]
+    assert details[5] == "the task has 1200 inputs (limit 100)"
+    assert details[6].startswith(f"{tasks}:10: not UTF-8 text")
+
+
+def test_an_oversized_record_is_skipped_unparsed_and_never_held_whole(tmp_path):
+    # once: 20 MB of 1,200 inputs took the trusted process 19 s and 1.6 GB before a refusal
+    import time
+    import tracemalloc
+
+    from popula.records import RecordFault, scan_records
+
+    oversized = {**CODE_F, "inputs": ["'" + "x" * 16_000 + "'"] * 1200}
+    tasks = write(tmp_path / "t.jsonl", json.dumps(GOOD), json.dumps(oversized), json.dumps({**GOOD, "id": "y"}))
+    cap = Limits().max_record_bytes
+    start = time.monotonic()
+    tracemalloc.start()
+    try:
+        entries = scan_records(tasks, max_line_bytes=cap)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.monotonic() - start < 2
+    assert [type(e).__name__ for e in entries] == ["TaskRecord", "RecordFault", "TaskRecord"]
+    assert isinstance(entries[1], RecordFault) and entries[1].reason == "too_large"
+    assert peak < 4 * cap  # buffers for about a cap's worth of the line, not its 20 MB
+
+
+def test_the_caps_are_far_above_what_tasks_carry():
+    from popula.kinds import get_kind, task_types
+    from popula.tasks.generator import generate_tasks
+
+    limits = Limits()
+    assert max(get_kind(name).proposal_inputs for name in task_types()) * 5 <= limits.max_inputs
+    tasks = generate_tasks(200, seed=5, verify=False)
+    assert max(len(json.dumps(t.to_json()).encode()) for t in tasks) * 50 <= limits.max_record_bytes
 
 
 def test_a_null_message_and_a_null_answer_mean_none(tmp_path):
@@ -129,7 +213,8 @@ def test_a_null_message_and_a_null_answer_mean_none(tmp_path):
 
 def test_a_wrongly_typed_message_still_names_what_is_accepted(tmp_path, capsys):
     tasks = write(tmp_path / "t.jsonl", json.dumps({**CODE_F, "message": 3}))
-    assert f"{tasks}:1: field 'message' must be str or null, got int" in refused([str(tasks)], capsys)
+    (bad,) = verdicts([str(tasks)], capsys)
+    assert bad["detail"] == f"{tasks}:1: field 'message' must be str or null, got int"
 
 
 # -- verdicts --------------------------------------------------------------------------------------------
@@ -153,8 +238,11 @@ def test_refusals_reach_the_shell_as_exit_2_and_one_line_without_a_traceback(tmp
                           capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("popula verify: error: --out ")
-    done = subprocess.run([sys.executable, "-m", "popula", "verify", str(tasks)], capture_output=True, text=True)
-    assert done.returncode == 2 and "Traceback" not in done.stderr and f"{tasks}:2: id 'x'" in done.stderr
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    done = subprocess.run([sys.executable, "-m", "popula", "verify", str(empty)], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == f"popula verify: error: {empty}: no task records (the file is empty); write one JSON object per line\n"
 
 
 @pytest.mark.parametrize("task_type, field", [("code_o", "answer"), ("code_i", "answer")])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -72,12 +73,15 @@ def sandbox_copy() -> Path:
 
 
 def run(argv: list[str], *, timeout: float = 300, env: dict[str, str] | None = None,
-        seccomp_deny_unshare: bool = False) -> subprocess.CompletedProcess[str]:
+        seccomp_deny_unshare: bool = False, nofile: tuple[int, int] | None = None) -> subprocess.CompletedProcess[str]:
     """`argv` as the unprivileged uid; `seccomp_deny_unshare` first installs a filter that
-    refuses unshare(2) with EPERM, as a container's default seccomp profile does."""
+    refuses unshare(2) with EPERM, as a container's default seccomp profile does; `nofile`
+    sets RLIMIT_NOFILE (soft, hard) first, as an ordinary account's login does."""
     drop = preexec()
 
     def first() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
         if drop is not None:
             drop()
         if seccomp_deny_unshare:

@@ -2,7 +2,9 @@
 
 Writes one result line (docs/design.md § Task records) per record, in input order, to stdout or --out, and a
 summary line to stderr (valid n/N, correct n/M, tasks/s). A progress bar (stderr)
-appears for files big enough to wait on.
+appears for files big enough to wait on. A bad record is that record's problem: a line
+that is no record (reason "malformed") or is over the sandbox's caps ("too_large") gets
+an invalid result naming its line and why, and the rest of the file is judged.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from popula.errors import PopulaError
-from popula.records import json_line, read_records, write_jsonl
-from popula.sandbox import Sandbox
+from popula.records import RecordFault, TaskRecord, VerifyResult, json_line, scan_records, write_jsonl
+from popula.sandbox import Limits, Sandbox
 
 _PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth drawing
 
@@ -52,19 +55,12 @@ def run(args: argparse.Namespace) -> int:
         raise PopulaError(f"--workers must be at least 1, got {workers}")
     if args.out:
         _check_out(Path(args.out), Path(args.tasks))
-    records = read_records(args.tasks)
+    limits = Limits()
+    entries = scan_records(args.tasks, max_line_bytes=limits.max_record_bytes)
+    records = [entry for entry in entries if isinstance(entry, TaskRecord)]
     start = time.perf_counter()
-    bar = None
-    if len(records) >= _PROGRESS_FROM:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(records), unit="task", file=sys.stderr, desc="verify")
-    try:
-        with Sandbox(workers=workers) as sandbox:
-            results = sandbox.verify(records, progress=bar.update if bar else None)
-    finally:
-        if bar is not None:
-            bar.close()
+    judged = _judge(records, workers, limits)
+    results = [entry.verdict() if isinstance(entry, RecordFault) else next(judged) for entry in entries]
     elapsed = time.perf_counter() - start
     rows = [result.to_json() for result in results]
     if args.out:
@@ -79,15 +75,34 @@ def run(args: argparse.Namespace) -> int:
             out.write(json_line(row, encoding) + "\n")
         out.flush()
     valid = sum(r.valid for r in results)
-    judged = [r for r in results if r.correct is not None]
-    correct = sum(bool(r.correct) for r in judged)
+    answered = [r for r in results if r.correct is not None]
+    correct = sum(bool(r.correct) for r in answered)
     rate = len(records) / elapsed if elapsed > 0 else float("inf")
+    faults = len(entries) - len(records)
+    refused = f", {faults} bad line{'s' * (faults != 1)} (malformed or too large)" if faults else ""
     print(
-        f"popula verify: valid {valid}/{len(results)}, correct {correct}/{len(judged)}, "
+        f"popula verify: valid {valid}/{len(results)}, correct {correct}/{len(answered)}{refused}, "
         f"{rate:.0f} tasks/s ({elapsed:.2f} s, {workers} workers)",
         file=sys.stderr,
     )
     return 0
+
+
+def _judge(records: list[TaskRecord], workers: int, limits: Limits) -> Iterator[VerifyResult]:
+    """The sandbox's results for `records`, in order (no sandbox starts for none)."""
+    if not records:
+        return iter(())
+    bar = None
+    if len(records) >= _PROGRESS_FROM:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(records), unit="task", file=sys.stderr, desc="verify")
+    try:
+        with Sandbox(workers=workers, limits=limits) as sandbox:
+            return iter(sandbox.verify(records, progress=bar.update if bar else None))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _check_out(out: Path, tasks: Path) -> None:

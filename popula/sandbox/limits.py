@@ -21,6 +21,10 @@ class Limits:
     max_output_chars: the longest accepted repr of one output.
     max_source_chars: the longest accepted program, input or answer text.
     recursion_limit: Python's recursion limit inside the child.
+    max_inputs: the most inputs one task may carry (a proposal keeps at most 10); a task
+        with more is invalid ("too_large") before anything of it is compiled.
+    max_record_bytes: the longest line of a task file `popula verify` reads as a record
+        (a generated one is a few KB); a longer one is "too_large", skipped unparsed.
     """
 
     cpu_s: float = 1.0
@@ -29,9 +33,12 @@ class Limits:
     max_output_chars: int = 10_000
     max_source_chars: int = 20_000
     recursion_limit: int = 1_000
+    max_inputs: int = 100
+    max_record_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "memory_mb", "max_output_chars", "max_source_chars", "recursion_limit"):
+        for name in ("cpu_s", "wall_s", "memory_mb", "max_output_chars", "max_source_chars", "recursion_limit",
+                     "max_inputs", "max_record_bytes"):
             value = getattr(self, name)
             if not value > 0:
                 raise PopulaError(f"sandbox limit '{name}' must be positive, got {value!r}")

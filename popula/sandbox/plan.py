@@ -106,6 +106,9 @@ def not_a_value(outputs: tuple[str, ...]) -> Rejection | None:
 def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     """Check and compile what `record` needs; decide which runs it takes (module doc)."""
     plan = Plan(record)
+    if len(record.inputs) > limits.max_inputs:  # refused before any of it is compiled or read
+        plan.invalid = Rejection("too_large", f"the task has {len(record.inputs)} inputs (limit {limits.max_inputs})")
+        return plan
     cap = limits.max_source_chars
     program: CodeType | None = None
     arg_codes: list[CodeType] | None = None

@@ -49,6 +49,7 @@ import collections
 import json
 import marshal
 import os
+import resource
 import secrets
 import selectors
 import shutil
@@ -83,6 +84,9 @@ _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
 ISOLATIONS = ("jail", "none")
 DETERMINISM_RUNS = 10  # runs of a set-building task, on as many workers (module doc)
+_FDS_PER_WORKER = 3  # the pool's ends of a worker's two pipes and of its seal socket
+_SPAWN_FDS = 8  # what starting a worker holds for a moment (its pipes, socket pair, /dev/null)
+_WORKER_FDS = 64  # a worker's own: its pipes, a batch of sealed memfds, above 16 (zygote._raise_sealed)
 
 
 class SandboxError(RuntimeError):
@@ -108,6 +112,30 @@ def _unavailable_message(problems: str) -> str:
         "rights, opt in explicitly: `sandbox.isolation: none` in the config or "
         f"{ISOLATION_ENV}=none in the environment (see docs/security.md)."
     )
+
+
+def check_open_file_limit(workers: int, determinism_runs: int) -> None:
+    """Make room for the pool's fds under RLIMIT_NOFILE, before anything starts.
+
+    The pool holds _FDS_PER_WORKER per worker (up to two lanes of max(2, workers,
+    determinism_runs)) and a batch of sealed memfds at once; workers inherit its limit.
+    The soft limit is raised to the hard one (which any process may do), so a pool of
+    many workers runs under an ordinary account's soft 1024; if even the hard limit is too
+    low, SandboxUnavailable names the limit needed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # e.g. a hard limit of RLIM_INFINITY: keep the soft one
+            pass
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    slots = 2 * max(2, workers, determinism_runs)
+    need = max(_WORKER_FDS, len(os.listdir("/proc/self/fd")) + _FDS_PER_WORKER * slots + _MAX_BATCH + _SPAWN_FDS)
+    if soft < need:
+        raise SandboxUnavailable(
+            f"the open-file limit (RLIMIT_NOFILE) is {soft} and cannot be raised further (hard limit {hard}); "
+            f"a sandbox of {workers} workers needs at least {need}: raise it (ulimit -n {need})"
+        )
 
 
 def resolve_isolation(isolation: str | None) -> str:
@@ -214,6 +242,7 @@ class Sandbox:
         self.recycle_after = recycle_after
         self.isolation = resolve_isolation(isolation)
         self.determinism_runs = determinism_runs
+        check_open_file_limit(workers, determinism_runs)
         # Two validation runs need two different teacher workers, so there are always at least
         # two; `workers` bounds how many run at once, over both lanes. More start when a job
         # needs more seeds; student workers start with the first student program to judge.

@@ -5,19 +5,24 @@ Standard library only (the worker loads this file without importing `popula`).
 Why: the chroot, the uid of its own and the resource limits already stop a child that
 escaped the Python policy from touching files, processes or other users; this filter is
 a second wall built by the kernel, not by Python. It denies what an escaped child would
-reach for next: sockets (the network, even where no network namespace could be made),
-signals and ptrace to other processes, fork/clone/exec, namespaces and mounts, and the
-kernel's larger attack surfaces (bpf, perf, io_uring, userfaultfd, keyrings, modules, seccomp).
+reach for next: sockets of every kind (socket, socketpair: the network, even where no
+network namespace could be made, and a socket's own SIGIO owner), signals and ptrace to
+other processes, fork/clone/exec, namespaces and mounts, and the kernel's larger attack
+surfaces (bpf, perf, io_uring, legacy AIO, userfaultfd, keyrings, modules, seccomp).
 It also denies every way to reach or outlive the supervisor's kill: a new process group
 or session (setpgid, setsid), prctl (clearing the parent-death signal), signal ownership
-of an fd (fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG, leases, dnotify), and changing the limits,
-priority, scheduling or memory placement of another process. And it denies getrandom:
-no entropy reaches a job but the noise its pool hands it (its runs must be able to agree).
-Some calls are denied only
-for some argument values (_DENIED_IF_ARG, _DENIED_UNLESS_ARG: fcntl by command, prlimit64
-on a pid other than 0, i.e. itself).
-Everything else (memory, reading and writing the fds it already holds) is allowed,
-so the interpreter runs unchanged. The filter is built once in the worker (`build`) and
+of an fd (fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG, leases, dnotify; every ioctl but a few
+questions about an fd, so no FIOSETOWN, SIOCSPGRP, FIOASYNC or terminal request such as
+TIOCSPGRP, TIOCSCTTY, TIOCSTI), and changing the limits, priority, scheduling or memory
+placement of another process. And it denies what no task needs and only reaches the host:
+new memfds, file handles, fanotify/inotify, device nodes, quotas, swap, the kernel log,
+accounting, hangup, setting the clock, host and domain names, I/O ports. And getrandom:
+no entropy reaches a job but the noise its pool hands it (its runs must be able to
+agree). Some calls are denied only for some argument values (_DENIED_IF_ARG, _DENIED_UNLESS_ARG: fcntl by command, ioctl by
+request, prlimit64 on a pid other than 0, i.e. itself).
+Everything else (memory, reading and writing the fds it already holds, reading the
+clock, timers: a POSIX timer signals only its own process) is allowed, so the interpreter
+runs unchanged. The filter is built once in the worker (`build`) and
 installed by each child right before task code runs (`install`): it cannot be undone,
 and PR_SET_NO_NEW_PRIVS makes sure no exec could ever gain privileges back.
 
@@ -41,7 +46,7 @@ _ARGS_OFFSET = 16  # struct seccomp_data: int nr, u32 arch, u64 instruction_poin
 # name -> number, per architecture (from the kernel's unistd tables).
 _DENIED = {
     "x86_64": (0xC000003E, {
-        "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "accept4": 288,
+        "socket": 41, "socketpair": 53, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "accept4": 288,
         "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "clone3": 435, "execveat": 322,
         "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
@@ -62,11 +67,20 @@ _DENIED = {
         "setpriority": 141, "ioprio_set": 251, "sched_setparam": 142, "sched_setscheduler": 144,
         "sched_setaffinity": 203, "sched_setattr": 314, "migrate_pages": 256, "move_pages": 279,
         "kcmp": 312, "get_robust_list": 274, "process_madvise": 440, "process_mrelease": 448,
+        # nothing a job needs, each a way to reach the host or kernel code no task exercises
+        "memfd_create": 319, "memfd_secret": 447, "name_to_handle_at": 303, "fanotify_init": 300,
+        "fanotify_mark": 301, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+        "mknod": 133, "mknodat": 259, "quotactl": 179, "quotactl_fd": 443, "swapon": 167, "swapoff": 168,
+        "syslog": 103, "acct": 163, "vhangup": 153, "kexec_file_load": 320, "lookup_dcookie": 212,
+        "iopl": 172, "ioperm": 173, "sethostname": 170, "setdomainname": 171, "settimeofday": 164,
+        "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "io_setup": 206,
+        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442,
         # no entropy: a job's runs must be able to agree, so only the pool's noise reaches it
         "getrandom": 318,
     }),
     "aarch64": (0xC00000B7, {
-        "socket": 198, "connect": 203, "accept": 202, "bind": 200, "listen": 201, "accept4": 242,
+        "socket": 198, "socketpair": 199, "connect": 203, "accept": 202, "bind": 200, "listen": 201, "accept4": 242,
         "clone": 220, "execve": 221, "clone3": 435, "execveat": 281,
         "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
@@ -86,6 +100,14 @@ _DENIED = {
         "setpriority": 140, "ioprio_set": 30, "sched_setparam": 118, "sched_setscheduler": 119,
         "sched_setaffinity": 122, "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
         "kcmp": 272, "get_robust_list": 100, "process_madvise": 440, "process_mrelease": 448,
+        "memfd_create": 279, "memfd_secret": 447, "name_to_handle_at": 264, "fanotify_init": 262,
+        "fanotify_mark": 263, "inotify_init1": 26, "inotify_add_watch": 27,
+        "mknodat": 33, "quotactl": 60, "quotactl_fd": 443, "swapon": 224, "swapoff": 225,
+        "syslog": 116, "acct": 89, "vhangup": 58, "kexec_file_load": 294, "lookup_dcookie": 18,
+        "sethostname": 161, "setdomainname": 162, "settimeofday": 170,
+        "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "io_setup": 0,
+        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442,
         "getrandom": 278,
     }),
 }
@@ -101,10 +123,17 @@ _DENIED_IF_ARG = {
     # deliver signals too
     "fcntl": ({"x86_64": 72, "aarch64": 25}, 1, (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY)),
 }
+TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX = 0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451
 _DENIED_UNLESS_ARG = {
     # the limits of another process (a job's uid could match a later job's); the child's
     # own setrlimit calls (pid 0) are what glibc makes of resource.setrlimit
     "prlimit64": ({"x86_64": 302, "aarch64": 261}, 0, (0,)),
+    # only questions about an fd and its own flags (isatty, the window size, bytes waiting,
+    # blocking and close-on-exec): no owner of SIGIO (FIOSETOWN, SIOCSPGRP), no async
+    # signalling (FIOASYNC), no terminal's foreground group, controlling tty or input
+    # (TIOCSPGRP, TIOCSCTTY, TIOCSTI), nor any driver's own requests. The kernel reads
+    # ioctl's request as an unsigned int: its low 32 bits are all of it
+    "ioctl": ({"x86_64": 16, "aarch64": 29}, 1, (TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX)),
 }
 
 

@@ -33,7 +33,8 @@ security boundary; the Python policy in rules.py/policy.py is the second line):
   threads), RLIMIT_CORE=0, RLIMIT_NOFILE;
 - a seccomp filter (seccomp.py): no sockets, signals to others, ptrace, fork/exec,
   namespaces, mounts, bpf/perf/io_uring, setpgid/setsid, prctl, fd signal ownership
-  (F_SETOWN & co.), other processes' limits or scheduling;
+  (F_SETOWN & co., ioctls but a few questions about an fd), other processes' limits or
+  scheduling, nor the host-facing calls no task needs;
 - no network: the worker unshared a fresh, empty network namespace at start where the
   kernel allows it (the seccomp filter denies sockets either way);
 - every fd closed except /dev/null on 0-2 and its own result pipe;
@@ -65,6 +66,7 @@ hash. The worker's first frame is its JSON hello: {"pid", "hash_probe", "warning
 
 import builtins
 import ctypes
+import fcntl
 import gc
 import json
 import marshal
@@ -752,7 +754,7 @@ def _jail_batch(cfg):
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_BATCH_NOFILE, _BATCH_NOFILE))
     install_batch, _ = _seccomp_installers(cfg)
     if install_batch is not None:
         install_batch()
@@ -967,17 +969,25 @@ def _close_all_but(keep):
     os.closerange(low, 1 << 16)
 
 
-_SEALED_FD_BASE = 1 << 12
+# The batch parent's RLIMIT_NOFILE (_jail_batch): the numbers below it are what the batch's
+# new fds (each job's result pipe) can get.
+_BATCH_NOFILE = 16
 
 
 def _raise_sealed(jobs, sealed):
-    """Move the sealed jobs' fds above the batch's RLIMIT_NOFILE (16), which only bounds new
-    fds: a batch of up to 32 sealed jobs would otherwise take every number a job's result pipe
-    needs. Returns the jobs and the fds renumbered."""
+    """Move the sealed jobs' fds to numbers at or above _BATCH_NOFILE: the limit bounds only
+    new fds, and a batch of up to 32 sealed jobs would otherwise take every number a job's
+    result pipe needs. Each moves to the lowest free number from there (F_DUPFD), so all stay
+    below whatever RLIMIT_NOFILE the worker runs under (a soft 1024 is plenty; the pool
+    refuses to start below what it and its workers need, pool.check_open_file_limit).
+    Returns the jobs and the fds renumbered."""
     moved = {}
-    for k, fd in enumerate(sealed):
-        moved[fd] = os.dup2(fd, _SEALED_FD_BASE + k)
-        os.close(fd)
+    for fd in sealed:
+        if fd < _BATCH_NOFILE:
+            moved[fd] = fcntl.fcntl(fd, fcntl.F_DUPFD, _BATCH_NOFILE)
+            os.close(fd)
+        else:
+            moved[fd] = fd
     jobs = [(job[0], "sealed", moved[job[2]]) if job[1] == "sealed" else job for job in jobs]
     return jobs, list(moved.values())
 
