@@ -122,3 +122,44 @@ def test_the_opt_in_runs_without_the_jail_only_when_asked(tasks_file, tmp_path):
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp", "POPULA_SANDBOX_ISOLATION": "none"}
     result = _verify(one, as_root=False, seccomp_deny_unshare=True, env=env)
     assert result["x"]["valid"] and result["x"]["outputs"] == ["2"]
+
+
+# Jobs that escaped the policy (run with it off: CPython's builtins and import): what they
+# try must fail alike as root and without root, where jobs share one uid
+ESCAPED = [
+    ("entropy", "import os\ndef f(x):\n    return repr(os.urandom(8))"),
+    ("device", "def f(x):\n    return repr(open('/dev/urandom', 'rb').read(8))"),
+    ("socketpair_sigio", "import ctypes, os\ndef f(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+     "    pair = (ctypes.c_int * 2)()\n    if libc.socketpair(1, 1, 0, pair) != 0:\n        raise OSError('socketpair')\n"
+     "    owner = ctypes.c_int(-os.getpgid(0))\n    if libc.ioctl(pair[0], 0x8901, ctypes.byref(owner)) != 0:\n"
+     "        raise OSError('FIOSETOWN')\n    return x"),
+    ("kill_all", "import os, signal\ndef f(x):\n    for pid in range(2, 5000):\n        try:\n"
+     "            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n    return x"),
+    ("write_host", "def f(x):\n    open('/tmp/popula-escaped-write', 'w').write('x')\n    return x"),
+]
+
+
+def test_escaped_jobs_fail_alike_with_and_without_root(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to compare with (and to drop to an unprivileged uid)")
+    tasks = unprivileged.sandbox_copy() / "escaped.jsonl"
+    rows = [{"id": name, "type": "code_o", "program": program, "inputs": ["3"]} for name, program in ESCAPED]
+    rows += [{"id": f"innocent-{k}", "type": "code_o", "program": "def f(x):\n    return x * 2", "inputs": [str(k)]}
+             for k in range(6)]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks.chmod(0o644)
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp", "POPULA_SANDBOX_POLICY": "off"}
+    as_user = _verify(tasks, as_root=False, env=env)
+    assert "unavailable" not in as_user, as_user.get("unavailable")
+    old = os.environ.get("POPULA_SANDBOX_POLICY")
+    os.environ["POPULA_SANDBOX_POLICY"] = "off"
+    try:
+        as_root = _verify(tasks, as_root=True)
+    finally:
+        os.environ.pop("POPULA_SANDBOX_POLICY") if old is None else os.environ.update(POPULA_SANDBOX_POLICY=old)
+    for results in (as_user, as_root):
+        # the run survives all of them (one job's SIGIO killed every process below it before)
+        assert [results[f"innocent-{k}"]["outputs"] for k in range(6)] == [[str(2 * k)] for k in range(6)]
+        assert not results["entropy"]["valid"] and not results["device"]["valid"]
+        assert not results["socketpair_sigio"]["valid"] and not results["write_host"]["valid"]
+    assert not Path("/tmp/popula-escaped-write").exists()
