@@ -789,18 +789,22 @@ def _represent(value, limit):
     """The repr of `value` if it is built of built-in values only, else an error.
 
     The shape is checked before repr runs, so no code of the task runs while its output is
-    written (a task's own __repr__ could change the value between the write and a check)."""
+    written (a task's own __repr__ could change the value between the write and a check);
+    a value holding a named tuple (a class of the task's) is written from a copy made of
+    the values module's types alone (values.read_back_form)."""
     shape, foreign = values.value_shape(value)
     if shape == "foreign":
         name = str(getattr(type(foreign), "__qualname__", "object"))[:60]
         return None, ("unrepresentable", f"the output is not a plain value (it holds a {name})")
     try:
+        if shape == "rebuild":
+            value = values.read_back_form(value)
         text = repr(value)
     except MemoryError:
         return None, ("memory", "out of memory while writing the output")
     except ValueError as err:  # e.g. an int beyond the int-to-str digit limit
         return None, ("output_too_large", f"{type(err).__name__}: {str(err)[:200]}")
-    except BaseException as err:
+    except BaseException as err:  # RecursionError included: a named tuple nested too deeply
         return None, ("unrepresentable", f"repr failed: {type(err).__name__}")
     if type(text) is not str:
         return None, ("unrepresentable", "repr did not return a string")
