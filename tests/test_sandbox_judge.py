@@ -110,6 +110,9 @@ def test_dict_keys_that_are_nan_pair_off_one_to_one(sandbox, answer, correct):
         ("def f(x):\n    return bytearray(b'ab') * x", "b'ab'", True),
         ("def f(x):\n    return range(x, 4)", "range(1, 4)", True),
         ("def f(x):\n    return range(x, 4)", "[1, 2, 3]", False),
+        ("import datetime\ndef f(x):\n    return datetime.date(2020, 1, 1) + datetime.timedelta(days=x)", "datetime.date(2020, 1, 2)", True),
+        ("import datetime\ndef f(x):\n    return datetime.date(2020, 1, 1) + datetime.timedelta(days=x)", "'2020-01-02'", False),
+        ("import datetime\ndef f(x):\n    return datetime.datetime(2020, 1, x)", "datetime.date(2020, 1, 1)", False),
     ],
 )
 def test_answers_are_judged_by_cpythons_equality(sandbox, program, answer, correct):

@@ -285,6 +285,10 @@ TEACHERS_MODULES_AND_OUTPUTS = [
     ("from fractions import Fraction\ndef f(xs):\n    return sum(Fraction(1, x) for x in xs), Fraction(3, -6), [Fraction(x, 4) for x in xs]", "[2, 3, 6]"),
     ("def f(s):\n    b = bytearray(s.encode())\n    b[0] = 65\n    return b, bytearray(), b.upper()", "'hello'"),
     ("def f(n):\n    return range(n), range(1, n, 2), range(n, 0, -3), range(0)", "10"),
+    ("import datetime\ndef f(n):\n    d = datetime.date(2020, 1, 1) + datetime.timedelta(days=n)\n"
+     "    return d, d - datetime.date(2019, 1, 1), [datetime.timedelta(0), datetime.timedelta(hours=-n, microseconds=5)]", "3"),
+    ("from datetime import datetime, time, timezone, timedelta\ndef f(h):\n    z = timezone(timedelta(hours=h), 'X')\n"
+     "    return datetime(2021, 3, 4, 5, 6, tzinfo=timezone.utc), time(h, 30, tzinfo=z), datetime(2021, 1, 1, fold=1), z, timezone.utc", "2"),
 ]
 
 

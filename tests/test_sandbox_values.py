@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import datetime
 import math
 import typing
 from fractions import Fraction
@@ -41,6 +42,10 @@ NAN = math.nan
         ("Fraction(-1, 2)", Fraction(-1, 2)),
         ("P(x=1, y=[2])", (1, [2])),
         ("E()", ()),
+        ("datetime.date(2020, 1, 4)", datetime.date(2020, 1, 4)),
+        ("datetime.datetime(2020, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)",
+         datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)),
+        ("datetime.timedelta(days=-1, seconds=5)", datetime.timedelta(days=-1, seconds=5)),
     ],
 )
 def test_reprs_of_builtin_values_read_back(text, value):
@@ -73,7 +78,11 @@ def test_nan_reads_back_as_nan():
         "P(1, y=2)",
         "P(x=1, x=2)",
         "P(**{})",
-        "datetime.date(2020, 1, 1)",
+        "datetime.date(2020, 13, 1)",
+        "datetime.date(2020.0, 1, 1)",
+        "datetime.datetime(2020, 1, 1, tzinfo=1)",
+        "datetime.datetime.now()",
+        "datetime.date.today()",
     ],
 )
 def test_anything_but_a_value_is_refused_without_running_it(text):

@@ -3,8 +3,9 @@
 Outputs travel as repr strings. `read_value` turns one back into a Python value without
 `eval`: it accepts only literal syntax (what `ast.literal_eval` accepts) plus the reprs of
 the few values that are not literals: `nan`, `inf`, `-inf`, `set()`, `frozenset({...})`,
-`bytearray(b'...')`, `range(0, 3)`, `Fraction(1, 2)` and a named tuple's `P(x=1, y=2)`
-(read as a NamedTupleValue: a tuple that keeps its class and field names for its repr). It
+`bytearray(b'...')`, `range(0, 3)`, `Fraction(1, 2)`, datetime's `datetime.date(2020, 1, 4)`
+(and its datetime, time, timedelta and timezone) and a named tuple's `P(x=1, y=2)` (read as
+a NamedTupleValue: a tuple that keeps its class and field names for its repr). It
 runs user-controlled text, so it is safe to call anywhere: no name lookup, no attribute
 access, no call other than building those values from literals.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import _ast as ast  # the node classes and the parser; the `ast` module would add ~1 MB to each sandbox worker
 import collections
+import datetime
 import math
 import types
 from fractions import Fraction
@@ -113,6 +115,10 @@ def _build(node: ast.AST) -> Any:
         return float(node.id)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         return _build_call(node.func.id, node.args, node.keywords)
+    if isinstance(node, ast.Call) and _dotted(node.func) in _DATETIME_TYPES:
+        return _build_datetime(_DATETIME_TYPES[_dotted(node.func)], node.args, node.keywords)
+    if isinstance(node, ast.Attribute) and _dotted(node) == "datetime.timezone.utc":
+        return datetime.timezone.utc
     raise NotAValue(f"{type(node).__name__} is not part of a value literal")
 
 
@@ -140,6 +146,39 @@ def _build_call(name: str, args: list[ast.AST], keywords: list[ast.keyword]) -> 
             raise NotAValue("a Fraction's denominator is not 0")
         return Fraction(numerator, denominator)
     raise NotAValue(f"{name}(...) is not the repr of a value")
+
+
+_DATETIME_TYPES = {f"datetime.{kind.__name__}": kind for kind in
+                   (datetime.date, datetime.datetime, datetime.time, datetime.timedelta, datetime.timezone)}
+# The keywords each datetime type's repr may write (datetime.timedelta(days=3), tzinfo=..., fold=1).
+_DATETIME_KEYWORDS = {datetime.timedelta: {"days", "seconds", "microseconds"}, datetime.datetime: {"tzinfo", "fold"},
+                      datetime.time: {"tzinfo", "fold"}, datetime.date: set(), datetime.timezone: set()}
+
+
+def _dotted(node: ast.AST) -> str:
+    """'datetime.date' for the expression datetime.date; '' for anything but names and attributes."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _build_datetime(kind: type, args: list[ast.AST], keywords: list[ast.keyword]) -> Any:
+    """A datetime value from its repr: int arguments (a timezone's: a timedelta and a name),
+    and the keywords its repr writes, tzinfo only ever a datetime.timezone."""
+    values = [_build(arg) for arg in args]
+    extra = {k.arg: _build(k.value) for k in keywords}
+    if None in extra or not set(extra) <= _DATETIME_KEYWORDS[kind]:
+        raise NotAValue(f"{kind.__name__} takes no such keyword")
+    if kind is datetime.timezone:
+        if not (1 <= len(values) <= 2 and type(values[0]) is datetime.timedelta and all(type(v) is str for v in values[1:])):
+            raise NotAValue("a timezone is written with a timedelta and a name")
+    elif not all(type(v) is int for v in [*values, *(v for k, v in extra.items() if k != "tzinfo")]):
+        raise NotAValue(f"{kind.__name__} takes int literals")
+    if type(extra.get("tzinfo", datetime.timezone.utc)) is not datetime.timezone:
+        raise NotAValue("a tzinfo is a datetime.timezone")
+    return kind(*values, **extra)
 
 
 def _ints(args: list[ast.AST]) -> list[int]:
@@ -265,7 +304,8 @@ def _holds_nan(value: Any, depth: int = 0) -> bool:
     return False
 
 
-_ATOMS = frozenset({int, float, str, bytes, bool, type(None), bytearray, range})
+_ATOMS = frozenset({int, float, str, bytes, bool, type(None), bytearray, range, datetime.date, datetime.timedelta})
+_ZONED = frozenset({datetime.datetime, datetime.time, datetime.timezone})  # values if their zone is: _is_plain_zone
 _CONTAINERS = frozenset({list, tuple, set, frozenset})
 
 
@@ -275,8 +315,8 @@ def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
     - ("plain", None): exact built-in types whose repr reads back (literals, bytearray,
       range) only, no complex, no container met twice, nesting up to 100: its repr reads
       back as an equal value, guaranteed, so the costly read-back check can be skipped;
-    - ("check", None): built of value types (a Fraction included), but the repr must be
-      read back to be trusted (complex: '(nan+nanj)' does not; a shared or cyclic
+    - ("check", None): built of value types (a Fraction, a datetime or time with a zone
+      included), but the repr must be read back to be trusted (complex: '(nan+nanj)' does not; a shared or cyclic
       container: '[[...]]'; deeper nesting);
     - ("rebuild", None): as "check", and it holds a named tuple: it is written from
       read_back_form(value), never by the task's class;
@@ -292,7 +332,7 @@ def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
         kind = type(item)
         if kind in _ATOMS:
             continue
-        if kind is complex or (kind is Fraction and _is_fraction(item)):
+        if kind is complex or (kind is Fraction and _is_fraction(item)) or (kind in _ZONED and _is_plain_zone(item)):
             plain = False
             continue
         if kind in _CONTAINERS or kind is dict:
@@ -318,6 +358,14 @@ def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
 def _is_fraction(item: Fraction) -> bool:
     """A Fraction whose parts are ints (its slots can be set to anything by a task)."""
     return type(item._numerator) is int and type(item._denominator) is int
+
+
+def _is_plain_zone(item: datetime.datetime | datetime.time | datetime.timezone) -> bool:
+    """A datetime or time without a zone or with a datetime.timezone, or such a timezone whose
+    name is a str: their reprs are datetime's own (a tzinfo subclass or a str subclass as a
+    zone's name would have the task's repr)."""
+    zone = item if type(item) is datetime.timezone else item.tzinfo
+    return zone is None or (type(zone) is datetime.timezone and type(zone.tzname(None)) is str)
 
 
 def _named_tuple_repr_code() -> types.CodeType | None:
@@ -368,7 +416,7 @@ def read_back_form(value: Any, depth: int = 0) -> Any:
     if depth > 200:
         raise RecursionError("nested too deeply to write")
     kind = type(value)
-    if kind in _ATOMS or kind is complex or kind is Fraction:
+    if kind in _ATOMS or kind in _ZONED or kind is complex or kind is Fraction:
         return value
     if kind is list or kind is tuple:
         return kind(read_back_form(item, depth + 1) for item in value)
