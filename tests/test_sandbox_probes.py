@@ -300,6 +300,25 @@ def test_datetime_calendar_vars_and_new_output_types_give_cpythons_outputs(sandb
         assert result.valid and result.outputs == [want], (program, result.reason, result.detail, want)
 
 
+def test_a_worker_that_cannot_take_the_clock_away_leaves_datetime_and_calendar_out(monkeypatch):
+    """The clock methods are deleted from datetime's C types by lifting their immutable flag,
+    found by value at a known offset; where the layout differs, nothing is written and the
+    modules that hand out datetime's objects are not importable."""
+    import datetime
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("zygote_under_test", ROOT / "popula" / "sandbox" / "zygote.py")
+    zygote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zygote)
+    other_layout = SimpleNamespace(from_address=lambda address: SimpleNamespace(value=-1))  # no word holds the flags
+    monkeypatch.setattr(zygote, "ctypes", SimpleNamespace(c_ulong=other_layout))
+    warnings: list[str] = []
+    assert zygote._strip_class_attributes(warnings) == {"datetime", "calendar"}
+    assert warnings and "not importable" in warnings[0]
+    assert hasattr(datetime.date, "today")  # nothing was written
+
+
 def test_no_jail_means_no_sandbox_unless_opted_in(monkeypatch):
     """A host where the jail cannot be built: refused with what is missing and how to allow it."""
     if os.geteuid() != 0 or shutil.which("capsh") is None:

@@ -112,6 +112,9 @@ STRIPPED_CLASS_ATTRIBUTES: frozenset[tuple[str, str, str]] = frozenset(
         ("datetime", "datetime", "astimezone"),
     }
 )
+# The allowed modules that hand out datetime's objects (calendar's date iterators): none of
+# them is importable in a worker that could not delete the methods above.
+CLOCK_MODULES: frozenset[str] = frozenset({"datetime", "calendar"})
 
 # Builtins that do not exist inside the sandbox. A program naming one is "forbidden".
 REMOVED_BUILTINS: frozenset[str] = frozenset(

@@ -336,7 +336,7 @@ def _module_tables(warnings):
         __import__(name)
         real[name] = sys.modules[name]
     for name in _strip_class_attributes(warnings):
-        del real[name]  # its clock could not be taken away: the module is not importable
+        del real[name]  # the clock could not be taken away: the module is not importable
     for name in rules.LAZY_IMPORTS:
         __import__(name)  # imported from C at a first use, in the jail, which has no files
     tables = {}
@@ -371,23 +371,22 @@ def _strip_class_attributes(warnings):
     C types) from the classes themselves, for this worker and every job forked from it:
     no route reaches a method that no longer exists. C types are immutable, so the flag
     that says so is lifted for the deletion, found by value as in _freeze_class. Returns
-    the modules whose methods could not be deleted (an unknown type layout)."""
-    failed = set()
+    the modules to leave out when that cannot be done (an unknown type layout): those that
+    hand out datetime's objects (rules.CLOCK_MODULES)."""
     for module, cls_name, attr in sorted(rules.STRIPPED_CLASS_ATTRIBUTES):
         cls = getattr(sys.modules[module], cls_name)
         if attr not in cls.__dict__:
             continue
         word = ctypes.c_ulong.from_address(id(cls) + 168)
         if word.value != cls.__flags__:
-            failed.add(module)
-            warnings.append(f"unknown type layout: {module} is not importable (its clock cannot be taken away)")
-            continue
+            warnings.append("unknown type layout: datetime and calendar are not importable (the clock stays in datetime)")
+            return rules.CLOCK_MODULES
         word.value = cls.__flags__ & ~Py_TPFLAGS_IMMUTABLETYPE
         try:
             delattr(cls, attr)
         finally:
             word.value = cls.__flags__ | Py_TPFLAGS_IMMUTABLETYPE
-    return failed
+    return frozenset()
 
 
 def _safe_functools():
