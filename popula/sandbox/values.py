@@ -172,7 +172,8 @@ def _build_datetime(kind: type, args: list[ast.AST], keywords: list[ast.keyword]
     if None in extra or not set(extra) <= _DATETIME_KEYWORDS[kind]:
         raise NotAValue(f"{kind.__name__} takes no such keyword")
     if kind is datetime.timezone:
-        if not (1 <= len(values) <= 2 and type(values[0]) is datetime.timedelta and all(type(v) is str for v in values[1:])):
+        if not (1 <= len(values) <= 2 and type(values[0]) is datetime.timedelta
+                and all(type(v) is str for v in values[1:])):
             raise NotAValue("a timezone is written with a timedelta and a name")
     elif not all(type(v) is int for v in [*values, *(v for k, v in extra.items() if k != "tzinfo")]):
         raise NotAValue(f"{kind.__name__} takes int literals")
@@ -316,8 +317,8 @@ def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
       range) only, no complex, no container met twice, nesting up to 100: its repr reads
       back as an equal value, guaranteed, so the costly read-back check can be skipped;
     - ("check", None): built of value types (a Fraction, a datetime or time with a zone
-      included), but the repr must be read back to be trusted (complex: '(nan+nanj)' does not; a shared or cyclic
-      container: '[[...]]'; deeper nesting);
+      included), but the repr must be read back to be trusted (complex: '(nan+nanj)' does
+      not; a shared or cyclic container: '[[...]]'; deeper nesting);
     - ("rebuild", None): as "check", and it holds a named tuple: it is written from
       read_back_form(value), never by the task's class;
     - ("foreign", item): `item` is not a value type (a subclass, an object), or the

@@ -326,7 +326,8 @@ def _module_tables(warnings):
     """Import the allowed modules once; per module, the attributes tasks may see.
 
     Kept: public callables, classes, immutable values and rules.KEPT_OBJECTS; mutable
-    containers are copied per job (see _job_builtins); anything else (e.g. decimal.DefaultContext) is left out.
+    containers are copied per job (see _job_builtins); anything else (e.g.
+    decimal.DefaultContext) is left out.
     Of the dunders, a copy has the real module's __name__ and __doc__, and its __all__
     (when that is a list or tuple of names) less the names the copy leaves out, so that
     `from string import *` imports what the copy holds.
@@ -379,7 +380,8 @@ def _strip_class_attributes(warnings):
             continue
         word = ctypes.c_ulong.from_address(id(cls) + 168)
         if word.value != cls.__flags__:
-            warnings.append("unknown type layout: datetime and calendar are not importable (the clock stays in datetime)")
+            warnings.append("unknown type layout: datetime and calendar are not importable "
+                            "(the clock stays in datetime)")
             return rules.CLOCK_MODULES
         word.value = cls.__flags__ & ~Py_TPFLAGS_IMMUTABLETYPE
         try:
@@ -573,7 +575,8 @@ def _make_builtins():
                 raise TypeError("vars() without an argument is not available in the sandbox")
             return builtins.vars(*obj)  # CPython's own error
         if not _dict_shown(obj[0]):
-            raise TypeError(f"vars() of an object of type {type(obj[0]).__name__!s:.60} is not available in the sandbox")
+            kind = str(type(obj[0]).__name__)[:60]
+            raise TypeError(f"vars() of an object of type {kind} is not available in the sandbox")
         return builtins.vars(obj[0])
 
     # print writes to sys.stdout (/dev/null in a job) through its 8 KB buffer (0.3 us a
