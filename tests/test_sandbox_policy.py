@@ -156,6 +156,9 @@ def test_format_in_inputs_is_checked_and_keeps_one_code_object_per_input():
         "def f(x):\n    return getattr(x, '__class__')",
         "def f(x):\n    return '{0.__class__}'.format(x)",
         "import datetime, calendar\ndef f(x):\n    return calendar.isleap(datetime.date(2020, 1, 1).year)",
+        # calendar's own private names are data: a program may still use them for its own classes
+        "class C:\n    def __init__(self):\n        self._days, self._months, self._firstweekday = 30, 12, 0\n"
+        "def f(x):\n    c = C()\n    return c._days + c._months + c._firstweekday",
     ],
 )
 def test_reads_of_class_and_the_datetime_and_calendar_modules_are_allowed(program):

@@ -227,7 +227,7 @@ REGISTRY_ATTRIBUTES: frozenset[str] = frozenset({"register"})
 HARMLESS_STDLIB_PRIVATE: frozenset[str] = frozenset(
     {"_name", "_add", "_sub", "_mul", "_div", "_mod", "_floordiv", "_divmod", "_hash", "_split",
      "_apply", "_cached", "_mapping", "_getitem", "_mu", "_sigma", "_inst", "_invalid", "_SEP",
-     "_ORIGIN", "_numerator", "_denominator", "_richcmp"}
+     "_ORIGIN", "_numerator", "_denominator", "_richcmp", "_days", "_months", "_firstweekday"}
 )
 # What `__name__` reads as inside a task, so `if __name__ == "__main__":` blocks are skipped.
 TASK_MODULE_NAME = "__popula_task__"
