@@ -128,6 +128,15 @@ def test_a_malformed_answer_says_why(sandbox):
     assert result.correct is True and result.answer_reason is None
 
 
+def test_a_code_i_answer_of_values_that_are_not_literals_is_not_a_value(sandbox):
+    program = "def f(x):\n    return repr(x)"
+    answers = ["Fraction(1, 2)", "P(x=1)", "range(0, 2)", "[1]"]
+    records = [TaskRecord(id=a, type="code_i", program=program, inputs=["[1]"], answer=a) for a in answers]
+    results = sandbox.verify(records)
+    assert [r.answer_reason for r in results] == ["not_a_value"] * 3 + [None]
+    assert results[-1].correct is True
+
+
 def test_code_i_accepts_any_input_that_works(sandbox):
     program = "def f(xs):\n    return sorted(xs)[-1]"
     records = [

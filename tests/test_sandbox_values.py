@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 
 from popula.sandbox import NotAValue, read_value, reprs_equal, values_equal
-from popula.sandbox.values import NamedTupleValue, read_back_form, value_shape
+from popula.sandbox.values import NamedTupleValue, read_arguments, read_back_form, value_shape
 
 NAN = math.nan
 
@@ -134,6 +134,15 @@ def test_a_named_tuple_reads_back_with_its_name_and_fields_and_hashes_as_its_tup
     value = read_value("[P(x=1, y='a'), {Q(k=(1, 2)): 3}]")
     assert repr(value) == "[P(x=1, y='a'), {Q(k=(1, 2)): 3}]"
     assert value[1] == {((1, 2),): 3}
+
+
+@pytest.mark.parametrize("text", ["Fraction(1, 2)", "[P(x=1)]", "range(0, 2)", "{1: bytearray(b'a')}",
+                                  "x=datetime.date(2020, 1, 1)"])
+def test_an_argument_list_holds_literal_values_only(text):
+    # arguments travel to a worker by marshal, which carries literal types only
+    with pytest.raises(NotAValue, match="literal value"):
+        read_arguments(text)
+    assert read_arguments("[1, (2.5, 'a')], k={frozenset({1}): None}") == (([1, (2.5, "a")],), {"k": {frozenset({1}): None}})
 
 
 def test_reprs_compare_by_value_not_by_text():

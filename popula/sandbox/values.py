@@ -62,7 +62,9 @@ def read_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
     Parsed as the call `f(<text>)`: anything that is not exactly one such call of `f` with
     plain positional and keyword arguments (a closing parenthesis smuggled into the text,
-    `*args`, `**kwargs`, a keyword given twice) is not an argument list of values."""
+    `*args`, `**kwargs`, a keyword given twice) is not an argument list of values. The
+    arguments travel to a worker by marshal, so each is built of literal types only: the
+    reprs that read back as other values (Fraction, range, a named tuple, ...) are refused."""
     try:
         tree = compile(f"f(\n{text.strip()}\n)", "<unknown>", "eval", ast.PyCF_ONLY_AST)
         call = tree.body
@@ -78,13 +80,34 @@ def read_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
             if keyword.arg in kwargs:
                 raise NotAValue(f"keyword {keyword.arg!r} is given twice")
             kwargs[keyword.arg] = _build(keyword.value)
-        return tuple(_build(arg) for arg in call.args), kwargs
+        args = tuple(_build(arg) for arg in call.args)
+        if not all(map(_is_literal, (*args, *kwargs.values()))):
+            raise NotAValue("an argument is a literal value: no Fraction, range, bytearray, datetime or named tuple")
+        return args, kwargs
     except NotAValue:
         raise
     except (RecursionError, MemoryError) as err:
         raise NotAValue(f"nested too deeply to read ({type(err).__name__})") from None
     except (SyntaxError, ValueError, TypeError, OverflowError) as err:
         raise NotAValue(f"{type(err).__name__}: {err}") from None
+
+
+_LITERAL_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset})
+
+
+def _is_literal(value: Any) -> bool:
+    """Whether a value read by _build is made of literal types alone (what marshal carries)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) not in _LITERAL_TYPES:
+            return False
+        if type(item) is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif type(item) in (list, tuple, set, frozenset):
+            stack.extend(item)
+    return True
 
 
 def _build(node: ast.AST) -> Any:
