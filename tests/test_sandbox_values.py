@@ -134,6 +134,10 @@ def test_a_named_tuple_reads_back_with_its_name_and_fields_and_hashes_as_its_tup
     value = read_value("[P(x=1, y='a'), {Q(k=(1, 2)): 3}]")
     assert repr(value) == "[P(x=1, y='a'), {Q(k=(1, 2)): 3}]"
     assert value[1] == {((1, 2),): 3}
+    import copy
+    import pickle
+
+    assert repr(pickle.loads(pickle.dumps(value))) == repr(copy.deepcopy(value)) == repr(value)
 
 
 @pytest.mark.parametrize("text", ["Fraction(1, 2)", "[P(x=1)]", "range(0, 2)", "{1: bytearray(b'a')}",

@@ -236,6 +236,10 @@ class NamedTupleValue(tuple):
     def __repr__(self) -> str:
         return f"{self.name}(" + ", ".join(f"{k}={v!r}" for k, v in zip(self.fields, self)) + ")"
 
+    def __getnewargs__(self) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
+        """What pickle and copy pass to __new__ (a tuple's would be its items alone)."""
+        return self.name, self.fields, tuple(self)
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, complex))
