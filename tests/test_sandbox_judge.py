@@ -84,11 +84,57 @@ def test_nan_in_sets_and_dict_keys_equals_nan(sandbox, output, answer):
     assert result.valid and result.correct is True
 
 
+@pytest.mark.parametrize("answer,correct", [("{nan: 1, nan: 2}", True), ("{nan: 2, nan: 1}", True),
+                                            ("{nan: 1, nan: 1}", False), ("{nan: 2, nan: 2}", False)])
+def test_dict_keys_that_are_nan_pair_off_one_to_one(sandbox, answer, correct):
+    program = "def f(x):\n    return {float('nan'): 1, float('nan'): 2}"
+    [result] = sandbox.verify([_o(program, "1", answer=answer)])
+    assert result.valid and result.outputs == ["{nan: 1, nan: 2}"] and result.correct is correct
+
+
+@pytest.mark.parametrize(
+    "program,answer,correct",
+    [
+        # the output is CPython's repr, and an answer is right when CPython's == says so
+        ("def f(x):\n    return frozenset({x, 2})", "frozenset({1, 2})", True),
+        ("def f(x):\n    return frozenset({x, 2})", "{1, 2}", True),
+        ("def f(x):\n    return {x, 2}", "frozenset({2, 1})", True),
+        ("def f(x):\n    return {x, 2}", "[1, 2]", False),
+        ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f(x):\n    return P(x, 2)", "P(x=1, y=2)", True),
+        ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f(x):\n    return P(x, 2)", "(1, 2)", True),
+        ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f(x):\n    return P(x, 2)", "[1, 2]", False),
+        ("from fractions import Fraction\ndef f(x):\n    return Fraction(x, 4)", "Fraction(1, 4)", True),
+        ("from fractions import Fraction\ndef f(x):\n    return Fraction(x, 4)", "0.25", True),
+        ("from fractions import Fraction\ndef f(x):\n    return Fraction(x, 3)", "0.3333333333333333", False),
+        ("def f(x):\n    return bytearray(b'ab') * x", "bytearray(b'ab')", True),
+        ("def f(x):\n    return bytearray(b'ab') * x", "b'ab'", True),
+        ("def f(x):\n    return range(x, 4)", "range(1, 4)", True),
+        ("def f(x):\n    return range(x, 4)", "[1, 2, 3]", False),
+        ("import datetime\ndef f(x):\n    return datetime.date(2020, 1, 1) + datetime.timedelta(days=x)", "datetime.date(2020, 1, 2)", True),
+        ("import datetime\ndef f(x):\n    return datetime.date(2020, 1, 1) + datetime.timedelta(days=x)", "'2020-01-02'", False),
+        ("import datetime\ndef f(x):\n    return datetime.datetime(2020, 1, x)", "datetime.date(2020, 1, 1)", False),
+    ],
+)
+def test_answers_are_judged_by_cpythons_equality(sandbox, program, answer, correct):
+    [result] = sandbox.verify([_o(program, "1", answer=answer)])
+    assert result.valid, result.detail
+    assert result.correct is correct
+
+
 def test_a_malformed_answer_says_why(sandbox):
     [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="1 +")])
     assert result.valid and result.correct is False and result.answer_reason == "not_a_value"
     [result] = sandbox.verify([_o("def f(x):\n    return x", "1", answer="1")])
     assert result.correct is True and result.answer_reason is None
+
+
+def test_a_code_i_answer_of_values_that_are_not_literals_is_not_a_value(sandbox):
+    program = "def f(x):\n    return repr(x)"
+    answers = ["Fraction(1, 2)", "P(x=1)", "range(0, 2)", "[1]"]
+    records = [TaskRecord(id=a, type="code_i", program=program, inputs=["[1]"], answer=a) for a in answers]
+    results = sandbox.verify(records)
+    assert [r.answer_reason for r in results] == ["not_a_value"] * 3 + [None]
+    assert results[-1].correct is True
 
 
 def test_code_i_accepts_any_input_that_works(sandbox):

@@ -40,12 +40,18 @@ def test_ordinary_programs_compile(program):
         ("def f(x):\n    return x._secret", "forbidden", "_secret"),
         ("def f():\n    return open('x')", "forbidden", "open"),
         ("def f():\n    return __builtins__", "forbidden", "__builtins__"),
-        ("def f():\n    return ().__class__", "forbidden", "__class__"),
-        ("def f():\n    return getattr((), '__cl' + 'ass__')", "forbidden", "__class__"),
+        ("def f():\n    return ().__class__.__base__", "forbidden", "__base__"),
+        ("def f():\n    return getattr(().__class__, '__ba' + 'se__')", "forbidden", "__base__"),
+        ("def f(x):\n    x.__class__ = int", "forbidden", "assigns or deletes the dunder attribute '__class__'"),
+        ("def f(x):\n    x.__dict__ = {}", "forbidden", "assigns or deletes the dunder attribute '__dict__'"),
+        ("def f(x):\n    x.__dict__ |= {}", "forbidden", "'__dict__'"),
+        ("def f(x):\n    return getattr(x, '__dict__')", "forbidden", "'__dict__'"),
+        ("def f(x):\n    match x:\n        case object(__dict__=d):\n            return d", "forbidden", "'__dict__'"),
+        ("import dataclasses\ndef f(): pass", "forbidden", "'dataclasses'"),
         ("def f(g):\n    return g.gi_frame", "forbidden", "gi_frame"),
         ("global __builtins__\n__builtins__ = {}\ndef f(): pass", "forbidden", "__builtins__"),
         ("def f():\n    return breakpoint()", "forbidden", "breakpoint"),
-        ("def f():\n    def g():\n        return vars()\n    return g", "forbidden", "vars"),
+        ("def f():\n    def g():\n        return locals()\n    return g", "forbidden", "locals"),
         ("x = 1\n" * 20_000 + "def f(): pass", "syntax", "limit"),
         ("from collections.abc import Sequence\ndef f():\n    Sequence.register(dict)", "forbidden", "register"),
     ],
@@ -118,7 +124,7 @@ def test_format_on_any_template_compiles_with_its_reads_checked(program):
 @pytest.mark.parametrize(
     "program,mentions",
     [
-        ("def f(x):\n    return '{0.__class__}'.format(x)", "'__class__'"),
+        ("def f(x):\n    return '{0.__class__.__base__}'.format(x)", "'__base__'"),
         ("def f(g):\n    return '{0.gi_frame.f_back}'.format(g)", "'gi_frame'"),
         ("def f(x):\n    return '{0:{1._secret}}'.format(x, x)", "'_secret'"),
         ("def f(x):\n    return '{m.__globals__}'.format_map({'m': f})", "'__globals__'"),
@@ -139,8 +145,38 @@ def test_format_in_inputs_is_checked_and_keeps_one_code_object_per_input():
     codes = compile_argument_lists(["'a'", "t.format(\n1)", "('{' + '}').format(2), 3"], CAP)
     assert isinstance(codes, list) and len(codes) == 3
     assert "__popula_format__" in codes[1].co_names and "__popula_format__" in codes[2].co_names
-    rejected = compile_argument_lists(["'{0.__class__}'.format(1)"], CAP)
+    rejected = compile_argument_lists(["'{0.__class__.__mro__}'.format(1)"], CAP)
     assert isinstance(rejected, Rejection) and rejected.reason == "forbidden"
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "def f(x):\n    return x.__class__.__name__",
+        "def f(x):\n    return getattr(x, '__class__')",
+        "def f(x):\n    return '{0.__class__}'.format(x)",
+        "import datetime, calendar\ndef f(x):\n    return calendar.isleap(datetime.date(2020, 1, 1).year)",
+        # calendar's own private names are data: a program may still use them for its own classes
+        "class C:\n    def __init__(self):\n        self._days, self._months, self._firstweekday = 30, 12, 0\n"
+        "def f(x):\n    c = C()\n    return c._days + c._months + c._firstweekday",
+    ],
+)
+def test_reads_of_class_and_the_datetime_and_calendar_modules_are_allowed(program):
+    assert isinstance(compile_program(program, CAP), CodeType)
+
+
+@pytest.mark.parametrize("program", ["def f(x):\n    return vars(x)", "def f(x):\n    return x.__dict__",
+                                     "def f(x):\n    x.__dict__['a'] = 1\n    return (lambda: x).__dict__"])
+def test_dict_reads_compile_as_checked_calls(program):
+    code = compile_program(program, CAP)
+    assert isinstance(code, CodeType)
+    names = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    assert ("__popula_format__" in names) is ("__dict__" in program)
 
 
 def test_format_checks_survive_nesting_near_the_compilers_limits():

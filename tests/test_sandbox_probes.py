@@ -41,9 +41,9 @@ ESCAPES = [
     ("own_name_loophole", "import typing\nclass A:\n    def _evaluate(self, *a):\n        return 0\ndef f(x):\n    r = typing.get_args(typing.List['1'])[0]\n    return r._evaluate({}, {}, frozenset())", "0"),
     ("enum_convert", "import enum\nclass A:\n    def _convert_(self):\n        pass\ndef f(x):\n    return str(enum.Enum._convert_('E', 'os', lambda n: n == 'system'))", "0"),
     ("format_attr", GEN + "def f(x):\n    return '{0.gi_frame.f_back}'.format(gen())", "0"),
-    ("format_map_attr", "def f(x):\n    return '{x.__class__}'.format_map({'x': x})", "0"),
+    ("format_map_attr", "def f(x):\n    return '{x.__class__.__base__}'.format_map({'x': x})", "0"),
     ("format_computed_template", GEN + "def f(x):\n    t = '{0.' + 'gi_frame' + '}'\n    return t.format(gen())", "0"),
-    ("format_via_str_method", "def f(x):\n    return str.format('{0.__class__}', x)", "0"),
+    ("format_via_str_method", "def f(x):\n    return str.format('{0.__class__.__subclasses__}', x)", "0"),
     ("format_via_getattr", GEN + "def f(x):\n    t = ''.join(['{0.', 'gi_', 'frame}'])\n    return getattr(t, 'format')(gen())", "0"),
     # .format/.format_map on a template held in a variable runs, with its fields checked when the call runs
     ("format_subclass_of_str", "class S(str):\n    pass\ndef f(x):\n    return S('{0.__glo' + 'bals__}').format(f)", "0"),
@@ -73,6 +73,35 @@ ESCAPES = [
     ("dunder_hash_call", "def f(x):\n    return object().__hash__() % 2", "0"),
     ("private_on_self_name", "import collections\ndef f(x):\n    self = collections\n    return str(self._sys)", "0"),
     ("answer_expression_frame", "def f(x):\n    return (i for i in [1]).gi_frame.f_back", "0"),
+    # __class__ is type(x); the walks from a class stay closed, statically and at run time
+    ("class_base_subclasses", "def f(x):\n    return ().__class__.__base__.__subclasses__()", "0"),
+    ("class_bases_computed", "def f(x):\n    return getattr(x.__class__, ''.join(['__', 'bases', '__']))", "0"),
+    ("class_mro_computed", "def f(x):\n    return getattr(type(x), 'm' + 'ro')()", "0"),
+    ("class_assigned", "def f(x):\n    setattr(x, ''.join(['__', 'class', '__']), int)\n    return 1", "0"),
+    # __dict__ and vars() show an instance of the task's classes or a module copy, nothing else
+    ("class_dict_of_builtin", "def f(x):\n    return str(x.__class__.__dict__['__add__'])", "0"),
+    ("class_dict_of_own_class", "class A:\n    pass\ndef f(x):\n    return sorted(A.__dict__)", "0"),
+    ("vars_of_a_class", "import enum\nclass E(enum.Enum):\n    A = 1\ndef f(x):\n    return sorted(vars(E))", "0"),
+    ("vars_of_a_function", "import functools\ndef f(x):\n    return sorted(vars(functools.reduce))", "0"),
+    ("vars_no_argument", "def f(x):\n    return sorted(vars())", "0"),
+    ("vars_of_forward_ref", "import typing\ndef f(x):\n    return str(vars(typing.get_args(typing.List['1'])[0]))", "0"),
+    ("dict_of_forward_ref", "import typing\ndef f(x):\n    return str(typing.get_args(typing.List['1'])[0].__dict__)", "0"),
+    ("dict_of_module_type", "import math\ndef f(x):\n    return str(type(math).__dict__)", "0"),
+    ("dict_in_augmented_assignment", "class A:\n    pass\ndef f(x):\n    a = A()\n    a.__dict__ |= {'y': 1}\n    return a.y", "0"),
+    # the clock and the host's time zone are gone from datetime; time, _strptime, dataclasses are refused
+    ("datetime_now", "import datetime\ndef f(x):\n    return datetime.datetime.now().second % 2", "0"),
+    ("datetime_today", "import datetime\ndef f(x):\n    return datetime.date.today().day", "0"),
+    ("datetime_datetime_today", "import datetime\ndef f(x):\n    return datetime.datetime.today().day", "0"),
+    ("datetime_now_computed", "import datetime\ndef f(x):\n    return getattr(datetime.datetime, 'n' + 'ow')().second", "0"),
+    ("datetime_utcnow", "import datetime\ndef f(x):\n    return datetime.datetime.utcnow().second", "0"),
+    ("datetime_local_zone", "import datetime\ndef f(x):\n    return datetime.datetime.fromtimestamp(0).hour", "0"),
+    ("datetime_timestamp", "import datetime\ndef f(x):\n    return datetime.datetime(2020, 1, 1).timestamp()", "0"),
+    ("datetime_astimezone", "import datetime\ndef f(x):\n    return str(datetime.datetime(2020, 1, 1).astimezone())", "0"),
+    ("import_time", "import time\ndef f(x):\n    return time.time()", "0"),
+    ("import_strptime", "import _strptime\ndef f(x):\n    return 1", "0"),
+    ("import_dataclasses", "import dataclasses\ndef f(x):\n    return 1", "0"),
+    ("calendar_locale", "import calendar\ndef f(x):\n    return calendar.LocaleTextCalendar().formatmonth(2020, 1)", "0"),
+    ("calendar_main", "import calendar\ndef f(x):\n    return calendar.main(['calendar'])", "0"),
 ]
 
 # (name, program, input): valid-looking tasks whose output is a coin flip between processes
@@ -110,6 +139,17 @@ def test_every_escape_probe_is_rejected_and_leaks_nothing(sandbox):
     unchecked = [(r.id, r.detail) for r in results if r.id.startswith("format") and r.reason == "runtime_error"
                  and "is not accessible in the sandbox" not in r.detail]
     assert not unchecked, unchecked
+
+
+@pytest.mark.slow
+def test_vars_of_a_module_shows_its_copy_only(sandbox):
+    """A module copy's namespace holds the public names the copy has, not the real module's
+    globals (collections imports sys and keeps private helpers)."""
+    program = ("import collections, math\ndef f(x):\n    names = set(vars(collections)) | set(collections.__dict__)\n"
+               "    return sorted(n for n in names if n.startswith('_')), 'sys' in names, type(vars(math)['pi']).__name__")
+    [result] = sandbox.verify([TaskRecord(id="v", type="code_o", program=program, inputs=["0"])])
+    assert result.valid, result.detail
+    assert result.outputs == ["(['__all__', '__doc__', '__loader__', '__name__', '__package__', '__spec__'], False, 'float')"]
 
 
 @pytest.mark.slow
@@ -206,16 +246,77 @@ print("\n" + json.dumps(out))
 """
 
 
+def _cpythons_outputs(programs: list[tuple[str, str]]) -> list[str]:
+    done = subprocess.run([sys.executable, "-I", "-c", _CPYTHON], input=json.dumps(programs),
+                          capture_output=True, text=True, timeout=120, env={"PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_format_on_a_variable_and_builtins_give_cpythons_outputs(sandbox):
     records = [TaskRecord(id=str(k), type="code_o", program=p, inputs=[i]) for k, (p, i) in enumerate(FORMAT_AND_BUILTINS)]
     results = sandbox.verify(records)
-    done = subprocess.run([sys.executable, "-I", "-c", _CPYTHON], input=json.dumps(FORMAT_AND_BUILTINS),
-                          capture_output=True, text=True, timeout=120, env={"PYTHONIOENCODING": "utf-8"})
-    assert done.returncode == 0, done.stderr
-    expected = json.loads(done.stdout.splitlines()[-1])
-    for (program, _), result, want in zip(FORMAT_AND_BUILTINS, results, expected):
+    for (program, _), result, want in zip(FORMAT_AND_BUILTINS, results, _cpythons_outputs(FORMAT_AND_BUILTINS)):
         assert result.valid and result.outputs == [want], (program, result.reason, result.detail)
+
+
+# (program, input): what teachers and benchmarks write with datetime (fixed dates), calendar,
+# vars, __class__ and __dict__, and programs that return a named tuple, a Fraction, a
+# bytearray or a range; the sandbox must give exactly CPython's outputs
+TEACHERS_MODULES_AND_OUTPUTS = [
+    ("import datetime\ndef f(n):\n    d = datetime.date(2020, 1, 1) + datetime.timedelta(days=n)\n"
+     "    return str(d), d.weekday(), d.isoformat(), d.strftime('%A %d %B %Y'), (d - datetime.date(2019, 12, 25)).days", "3"),
+    ("from datetime import datetime, timedelta, timezone\ndef f(s):\n    t = datetime.strptime(s, '%Y-%m-%d %H:%M')\n"
+     "    u = t.replace(tzinfo=timezone.utc) + timedelta(hours=30)\n    return u.isoformat(), u.ctime(), repr(t), t.timetuple().tm_yday, str(u - t.replace(tzinfo=timezone.utc))",
+     "'2021-03-04 22:15'"),
+    ("import datetime\ndef f(y):\n    d = datetime.date.fromisoformat(f'{y}-02-28')\n    return [str(d + datetime.timedelta(days=k)) for k in range(3)], d.isocalendar()[1], datetime.datetime.utcfromtimestamp(86400).isoformat()", "2024"),
+    ("import calendar\ndef f(y, m):\n    return (calendar.monthrange(y, m), calendar.isleap(y), calendar.leapdays(2000, y), calendar.month_name[m],\n"
+     "            calendar.day_abbr[calendar.weekday(y, m, 1)], calendar.monthcalendar(y, m)[0], calendar.month(y, m), calendar.timegm((y, m, 1, 0, 0, 0)))", "2024, 2"),
+    ("import calendar\ndef f(y):\n    return [list(w) for w in calendar.Calendar(firstweekday=6).monthdayscalendar(y, 3)][:2], calendar.TextCalendar().formatweekheader(3)", "2023"),
+    ("class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n    def __eq__(self, other):\n        return self.__class__ is other.__class__ and vars(self) == vars(other)\n"
+     "def f(a, b):\n    p, q = Point(a, b), Point(a, b)\n    q.__dict__['z'] = 1\n    return p == Point(a, b), p == q, vars(p), p.__class__.__name__, type(p).__name__", "1, 2"),
+    ("class Config:\n    def __init__(self, **kw):\n        self.__dict__.update(kw)\ndef f(d):\n    c = Config(**d)\n    return sorted(c.__dict__.items()), getattr(c, 'a'), [x.__class__.__name__ for x in (1, 'a', [], c)]", "{'b': 2, 'a': 1}"),
+    ("import math\ndef f(n):\n    return vars(math)['sqrt'](n), 'pi' in math.__dict__, (3).__class__(n) + 1", "16"),
+    ("from collections import namedtuple\nPoint = namedtuple('Point', ['x', 'y'])\ndef f(a, b):\n    p = Point(a, b)\n    return p, p._replace(x=0), [Point(1, 2), Point(3, 4)], {p: 'origin'}", "1, 2"),
+    ("from typing import NamedTuple\nclass Item(NamedTuple):\n    name: str\n    price: float = 0.0\ndef f(name):\n    return sorted([Item(name, 2.5), Item('a')], key=lambda i: i.price)", "'pen'"),
+    ("import collections\nclass V(collections.namedtuple('V', 'x y')):\n    __slots__ = ()\n    def norm(self):\n        return abs(self.x) + abs(self.y)\n"
+     "def f(a):\n    v = V(a, -a)\n    return v, v.norm()", "3"),
+    ("from fractions import Fraction\ndef f(xs):\n    return sum(Fraction(1, x) for x in xs), Fraction(3, -6), [Fraction(x, 4) for x in xs]", "[2, 3, 6]"),
+    ("def f(s):\n    b = bytearray(s.encode())\n    b[0] = 65\n    return b, bytearray(), b.upper()", "'hello'"),
+    ("def f(n):\n    return range(n), range(1, n, 2), range(n, 0, -3), range(0)", "10"),
+    ("import datetime\ndef f(n):\n    d = datetime.date(2020, 1, 1) + datetime.timedelta(days=n)\n"
+     "    return d, d - datetime.date(2019, 1, 1), [datetime.timedelta(0), datetime.timedelta(hours=-n, microseconds=5)]", "3"),
+    ("from datetime import datetime, time, timezone, timedelta\ndef f(h):\n    z = timezone(timedelta(hours=h), 'X')\n"
+     "    return datetime(2021, 3, 4, 5, 6, tzinfo=timezone.utc), time(h, 30, tzinfo=z), datetime(2021, 1, 1, fold=1), z, timezone.utc", "2"),
+]
+
+
+@pytest.mark.slow
+def test_datetime_calendar_vars_and_new_output_types_give_cpythons_outputs(sandbox):
+    programs = TEACHERS_MODULES_AND_OUTPUTS
+    results = sandbox.verify([TaskRecord(id=str(k), type="code_o", program=p, inputs=[i]) for k, (p, i) in enumerate(programs)])
+    for (program, _), result, want in zip(programs, results, _cpythons_outputs(programs)):
+        assert result.valid and result.outputs == [want], (program, result.reason, result.detail, want)
+
+
+def test_a_worker_that_cannot_take_the_clock_away_leaves_datetime_and_calendar_out(monkeypatch):
+    """The clock methods are deleted from datetime's C types by lifting their immutable flag,
+    found by value at a known offset; where the layout differs, nothing is written and the
+    modules that hand out datetime's objects are not importable."""
+    import datetime
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("zygote_under_test", ROOT / "popula" / "sandbox" / "zygote.py")
+    zygote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zygote)
+    other_layout = SimpleNamespace(from_address=lambda address: SimpleNamespace(value=-1))  # no word holds the flags
+    monkeypatch.setattr(zygote, "ctypes", SimpleNamespace(c_ulong=other_layout))
+    warnings: list[str] = []
+    assert zygote._strip_class_attributes(warnings) == {"datetime", "calendar"}
+    assert warnings and "not importable" in warnings[0]
+    assert hasattr(datetime.date, "today")  # nothing was written
 
 
 def test_no_jail_means_no_sandbox_unless_opted_in(monkeypatch):

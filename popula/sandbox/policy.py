@@ -13,10 +13,12 @@ which receiver a private attribute is used (the preceding LOAD_FAST). Nothing he
 executes task text, and texts are capped in length before they are compiled.
 
 The one exception to "bytecode only": a text that reads `.format` or `.format_map`
-(str's methods read attributes of their arguments by name, at C level) is parsed once
-more and every such read on anything but a literal template is compiled as a call of the
-worker's checker instead (_with_format_checks), which checks the template's fields when
-the call runs. The generated tasks never do this, so it costs the common case nothing.
+(str's methods read attributes of their arguments by name, at C level) or `.__dict__`
+(shown for some objects only, rules.DICT_ATTRIBUTE) is parsed once more and every such
+read (for .format, on anything but a literal template) is compiled as a call of the
+worker's checker instead (_with_format_checks), which checks the template's fields or the
+object when the call runs. The generated tasks never do this, so it costs the common
+case nothing.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ _SET_OPERATOR_NAMES = frozenset({"or_", "and_", "sub", "xor", "ior", "iand", "is
 _BINARY_OP = _OP.get("BINARY_OP", -1)
 _SET_OPERATOR_ARGS = frozenset({1, 7, 10, 12, 14, 20, 23, 25})  # &, |, -, ^ and their in-place forms (3.11)
 _FORMAT_METHODS = rules.FORMAT_METHODS
+_CHECKED_READS = _FORMAT_METHODS | {rules.DICT_ATTRIBUTE}  # compiled as calls of the worker's checker
 _DELETE_ATTR = _OP["DELETE_ATTR"]
 
 
@@ -173,24 +176,25 @@ def _own_names(codes: list[CodeType], decoded: list[list[tuple[int, int]]]) -> s
     return own
 
 
-def _check_attribute(attr: str, own: set[str], what: str = "attribute") -> None:
+def _check_attribute(attr: str, own: set[str], what: str = "attribute", reading: bool = True) -> None:
     if attr in rules.FRAME_ATTRIBUTES:
         raise _Forbidden(f"uses the {what} {attr!r}")
     if attr in rules.REGISTRY_ATTRIBUTES and attr not in own:
         raise _Forbidden(f"uses the registry method {attr!r}")
     if attr.startswith("_"):
         if attr.startswith("__") and attr.endswith("__"):
-            if attr not in rules.SAFE_DUNDER_ATTRIBUTES:
-                raise _Forbidden(f"uses the dunder {what} {attr!r}")
+            if attr not in rules.SAFE_DUNDER_ATTRIBUTES and not (reading and attr in rules.READ_ONLY_DUNDER_ATTRIBUTES):
+                raise _Forbidden(f"{'uses' if reading else 'assigns or deletes'} the dunder {what} {attr!r}")
         elif attr not in rules.PUBLIC_UNDERSCORE_ATTRIBUTES and (attr not in own or attr in _stdlib_private_names()):
             raise _Forbidden(f"uses the private {what} {attr!r}")
 
 
-def _check_const(const: object, own: set[str], depth: int = 0) -> None:
+def _check_const(const: object, own: set[str], depth: int = 0, rewritten: bool = False) -> None:
     """Strings anywhere in the constants, tuples and frozensets included (class-pattern
-    keywords, getattr names, format templates are constants)."""
+    keywords, getattr names, format templates are constants). In rewritten code the
+    checker calls name '__dict__' (the text itself was checked before the rewrite)."""
     if isinstance(const, str):
-        if _is_unsafe_dunder(const):
+        if _is_unsafe_dunder(const) and not (rewritten and const == rules.DICT_ATTRIBUTE):
             # getattr(x, "__class__"), "__cla" + "ss__" (folded by the compiler), ...
             raise _Forbidden(f"contains the string {const!r}, a dunder attribute name")
         if const in rules.FRAME_ATTRIBUTES:
@@ -199,21 +203,22 @@ def _check_const(const: object, own: set[str], depth: int = 0) -> None:
             raise _Forbidden(f"contains the string {const!r}, a registry method name")
     elif isinstance(const, (tuple, frozenset)) and depth < 20:
         for item in const:
-            _check_const(item, own, depth + 1)
+            _check_const(item, own, depth + 1, rewritten)
 
 
 def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
                 rewritten: bool = False) -> tuple[bool, bool]:
     """Raise _Forbidden for the first use of something outside the policy (rules.py).
 
-    Returns (order-sensitive, reads format). Order-sensitive: the code may build sets
+    Returns (order-sensitive, needs checked reads). Order-sensitive: the code may build sets
     (displays, comprehensions, set()/frozenset(), set methods, dict views, frozenset
     constants, names reached by string or computed name: _SET_NAMES, _SET_METHODS), whose
     iteration order of strings depends on the hash seed, or keep a caught exception, whose
     message may hold such a set or an address (_binds_exceptions), so its validation needs
-    more runs (pool.py). Reads format: it reads `.format`/`.format_map` somewhere, so it must be
-    compiled again with those reads checked (_with_format_checks); `rewritten` says it
-    was, and then only reads on a literal template may remain (checked here).
+    more runs (pool.py). Needs checked reads: it reads `.format`/`.format_map` or `.__dict__`
+    somewhere, so it must be compiled again with those reads checked (_with_format_checks);
+    `rewritten` says it was, and then only .format reads on a literal template may remain
+    (checked here).
     """
     codes = _all_codes(code)
     decoded = [list(_instructions(c)) for c in codes]
@@ -226,7 +231,7 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
         sets, reads_format = sets or one_sets, reads_format or one_reads
         for const in c.co_consts:
             if not isinstance(const, CodeType):
-                _check_const(const, own)
+                _check_const(const, own, rewritten=rewritten)
                 if isinstance(const, frozenset) or (isinstance(const, str) and const in _SET_METHODS):
                     sets = True  # a frozenset constant; a set-building name reached by string
     if not sets and (_views_with_set_operators(codes, decoded) or _binds_exceptions(decoded)):
@@ -310,7 +315,10 @@ def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str
                 raise _Forbidden(f"uses the dunder name {name!r}")
         elif op in _ATTR_OPS or op == _LOAD_SUPER_ATTR:
             attr = names[_name_index(op, arg)]
-            _check_attribute(attr, own)
+            if attr == rules.DICT_ATTRIBUTE:
+                reads_format = _check_dict_read(op, rewritten) or reads_format
+                continue
+            _check_attribute(attr, own, reading=op != _STORE_ATTR and op != _DELETE_ATTR)
             if attr in _SET_METHODS:
                 sets = True
             if attr in _FORMAT_METHODS and op != _STORE_ATTR and op != _DELETE_ATTR:
@@ -359,6 +367,17 @@ def _check_one(code: CodeType, instructions: list[tuple[int, int]], own: set[str
     return sets, reads_format
 
 
+def _check_dict_read(op: int, rewritten: bool) -> bool:
+    """An attribute instruction on `__dict__`; True when the code must be compiled with
+    checked reads. Assigning or deleting it is forbidden; after the rewrite no read may
+    remain (one that does was not an expression the rewrite could reach)."""
+    if op == _STORE_ATTR or op == _DELETE_ATTR:
+        raise _Forbidden("assigns or deletes the dunder attribute '__dict__'")
+    if rewritten:
+        raise _Forbidden("reads .__dict__ in a way the sandbox cannot check (e.g. in an augmented assignment)")
+    return True
+
+
 def _is_unsafe_dunder(text: str) -> bool:
     """'__x__' for an identifier x that is not itself wrapped in underscores ('_____' is
     just underscores, never an attribute Python defines) and not a safe dunder."""
@@ -371,6 +390,7 @@ def _is_unsafe_dunder(text: str) -> bool:
         and not inner.startswith("_")
         and not inner.endswith("_")
         and text not in rules.SAFE_DUNDER_ATTRIBUTES
+        and text not in rules.READ_ONLY_DUNDER_ATTRIBUTES
         and text not in ("__name__", "__main__")
     )
 
@@ -484,10 +504,11 @@ def _with_format_checks(source: str, filename: str, mode: str) -> CodeType:
 
 def _format_read(node: ast.AST) -> ast.AST:
     """`node`, or the checked call that replaces it when it reads .format/.format_map on
-    anything but a literal str (stores and deletes of such attributes stay as they are)."""
-    if not (type(node) is ast.Attribute and node.attr in _FORMAT_METHODS and type(node.ctx) is ast.Load):
+    anything but a literal str, or .__dict__ (stores and deletes of such attributes stay as
+    they are)."""
+    if not (type(node) is ast.Attribute and node.attr in _CHECKED_READS and type(node.ctx) is ast.Load):
         return node
-    if type(node.value) is ast.Constant and type(node.value.value) is str:
+    if node.attr in _FORMAT_METHODS and type(node.value) is ast.Constant and type(node.value.value) is str:
         return node  # a literal template: its fields are checked statically (_check_format_read)
     at = {"lineno": node.lineno, "col_offset": node.col_offset,
           "end_lineno": node.end_lineno, "end_col_offset": node.end_col_offset}

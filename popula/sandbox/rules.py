@@ -16,8 +16,9 @@ from __future__ import annotations
 import _string  # str.format's own template parser (hidden_format_field)
 
 # Modules a task may import. Everything else is "forbidden" (os, sys, subprocess, socket,
-# shutil, pathlib, random, time, datetime, threading, multiprocessing, signal, ctypes,
-# importlib, io, pickle, inspect, ...). Submodules must be listed to be importable.
+# shutil, pathlib, random, time, threading, multiprocessing, signal, ctypes, importlib, io,
+# pickle, inspect, dataclasses, ...; docs/security.md lists why some are refused).
+# Submodules must be listed to be importable.
 ALLOWED_MODULES: frozenset[str] = frozenset(
     {
         "math",
@@ -44,6 +45,8 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "array",
         "abc",
         "keyword",
+        "datetime",
+        "calendar",
     }
 )
 
@@ -65,8 +68,53 @@ STRIPPED_ATTRIBUTES: frozenset[tuple[str, str]] = frozenset(
         # the default attribute lists (zygote._safe_functools).
         ("functools", "update_wrapper"),
         ("functools", "wraps"),
+        # these read the process's locale (from the environment) or are a command line's entry
+        ("calendar", "LocaleTextCalendar"),
+        ("calendar", "LocaleHTMLCalendar"),
+        ("calendar", "different_locale"),
+        ("calendar", "main"),
     }
 )
+
+# Public objects that module copies keep although they are neither callable nor immutable
+# values: calendar's name tables (read-only sequences) and datetime's UTC (a constant).
+KEPT_OBJECTS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("calendar", "day_name"),
+        ("calendar", "day_abbr"),
+        ("calendar", "month_name"),
+        ("calendar", "month_abbr"),
+        ("datetime", "UTC"),
+    }
+)
+
+# Modules that allowed modules import from C at their first use (datetime's strftime and
+# timetuple import time, its strptime _strptime), through the importer of the calling
+# task's builtins. The worker imports them before any job, and its importer hands the
+# real module to such an import. A task's own `import time` is forbidden like any module
+# outside ALLOWED_MODULES (the policy checks import statements, and a task cannot name the
+# importer: __import__ and __builtins__ are forbidden, vars() needs an argument).
+LAZY_IMPORTS: frozenset[str] = frozenset({"_strptime", "time"})
+
+# Methods deleted from the classes themselves (C types, so a module copy cannot leave them
+# out): each reads the clock (`now`, `today`, `utcnow`) or the host's time zone (`fromtimestamp`
+# without a zone, `timestamp` and `astimezone` of a naive datetime). A clock read makes a
+# coin flip (`now().second % 2`) that both validation runs agree on. The worker deletes them
+# before its first job (zygote._strip_class_attributes); `datetime.today` is `date.today`.
+STRIPPED_CLASS_ATTRIBUTES: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("datetime", "date", "today"),
+        ("datetime", "date", "fromtimestamp"),
+        ("datetime", "datetime", "now"),
+        ("datetime", "datetime", "utcnow"),
+        ("datetime", "datetime", "fromtimestamp"),
+        ("datetime", "datetime", "timestamp"),
+        ("datetime", "datetime", "astimezone"),
+    }
+)
+# The allowed modules that hand out datetime's objects (calendar's date iterators): none of
+# them is importable in a worker that could not delete the methods above.
+CLOCK_MODULES: frozenset[str] = frozenset({"datetime", "calendar"})
 
 # Builtins that do not exist inside the sandbox. A program naming one is "forbidden".
 REMOVED_BUILTINS: frozenset[str] = frozenset(
@@ -80,7 +128,6 @@ REMOVED_BUILTINS: frozenset[str] = frozenset(
         "breakpoint",
         "globals",
         "locals",
-        "vars",
         "help",
         "exit",
         "quit",
@@ -95,8 +142,9 @@ REMOVED_BUILTINS: frozenset[str] = frozenset(
 )
 
 # Dunder attributes a program may touch: the ones ordinary classes use (super().__init__,
-# a __repr__ defined and called). Every other dunder (__class__, __subclasses__,
-# __globals__, __dict__, __code__, __builtins__, ...) is an escape hatch and is forbidden.
+# a __repr__ defined and called). Every other dunder (__subclasses__, __globals__, __code__,
+# __builtins__, ...) is an escape hatch and is forbidden, except the reads allowed below
+# (__class__, and __dict__ where the worker checks it).
 SAFE_DUNDER_ATTRIBUTES: frozenset[str] = frozenset(
     {
         "__init__",
@@ -126,6 +174,17 @@ SAFE_DUNDER_ATTRIBUTES: frozenset[str] = frozenset(
 )
 # (__hash__ is left out on purpose: object.__hash__ is address-based, and the sandbox's
 # hash() builtin is what masks such values between a task's runs; see zygote.py.)
+
+# Dunder attributes a program may read but not assign or delete. `x.__class__` is `type(x)`,
+# which every program has; the walks that start from a class (__base__, __bases__, __mro__,
+# mro, __subclasses__, __dict__ of a class) stay hidden.
+READ_ONLY_DUNDER_ATTRIBUTES: frozenset[str] = frozenset({"__class__"})
+
+# `x.__dict__` and `vars(x)` show the attributes of an instance of a task's own class or of
+# a module copy; a class's (its mappingproxy holds the private and dunder members the
+# policy hides), a function's or a standard-library object's raise as a missing attribute.
+# Reads of `.__dict__` are compiled as checked calls like those of .format (policy.py).
+DICT_ATTRIBUTE = "__dict__"
 
 # Global names that look like dunders yet are harmless: __name__ (the task's module name)
 # and __annotations__ (the dict that `X: int = 3` and annotated class bodies write to).
@@ -168,7 +227,7 @@ REGISTRY_ATTRIBUTES: frozenset[str] = frozenset({"register"})
 HARMLESS_STDLIB_PRIVATE: frozenset[str] = frozenset(
     {"_name", "_add", "_sub", "_mul", "_div", "_mod", "_floordiv", "_divmod", "_hash", "_split",
      "_apply", "_cached", "_mapping", "_getitem", "_mu", "_sigma", "_inst", "_invalid", "_SEP",
-     "_ORIGIN", "_numerator", "_denominator", "_richcmp"}
+     "_ORIGIN", "_numerator", "_denominator", "_richcmp", "_days", "_months", "_firstweekday"}
 )
 # What `__name__` reads as inside a task, so `if __name__ == "__main__":` blocks are skipped.
 TASK_MODULE_NAME = "__popula_task__"
@@ -186,9 +245,11 @@ FORMAT_CHECKER = "__popula_format__"
 def hidden_attribute(name: str) -> bool:
     """Whether the sandbox hides an attribute read by a name computed at run time (its
     getattr & co. treat it as missing; str.format fields may not read it): a private or
-    dunder name other than the safe ones, or an interpreter-internal one."""
+    dunder name other than the safe and read-only ones, or an interpreter-internal one.
+    (The worker's setattr and delattr also hide the read-only ones.)"""
     return (
         name.startswith("_") and name not in SAFE_DUNDER_ATTRIBUTES and name not in PUBLIC_UNDERSCORE_ATTRIBUTES
+        and name not in READ_ONLY_DUNDER_ATTRIBUTES
     ) or name in FRAME_ATTRIBUTES
 
 

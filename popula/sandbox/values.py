@@ -1,20 +1,26 @@
 """Reading outputs back as values, and comparing values: the judge's notion of "equal".
 
 Outputs travel as repr strings. `read_value` turns one back into a Python value without
-`eval`: it accepts only literal syntax (what `ast.literal_eval` accepts) plus the few
-reprs of built-in values that are not literals: `nan`, `inf`, `-inf`, `set()`,
-`frozenset({...})`. It runs user-controlled text, so it is safe to call anywhere: no
-name lookup, no call other than those four constructors, no attribute access.
+`eval`: it accepts only literal syntax (what `ast.literal_eval` accepts) plus the reprs of
+the few values that are not literals: `nan`, `inf`, `-inf`, `set()`, `frozenset({...})`,
+`bytearray(b'...')`, `range(0, 3)`, `Fraction(1, 2)`, datetime's `datetime.date(2020, 1, 4)`
+(and its datetime, time, timedelta and timezone) and a named tuple's `P(x=1, y=2)` (read as
+a NamedTupleValue: a tuple that keeps its class and field names for its repr). It
+runs user-controlled text, so it is safe to call anywhere: no name lookup, no attribute
+access, no call other than building those values from literals.
 
-`values_equal` is Python's `==` with three decisions made explicit:
-- **Containers keep their type**: `(1, 2)` is not `[1, 2]` (Python agrees); a list is
-  only equal to a list, a tuple to a tuple, a dict to a dict.
-- **Numbers compare by value**, as Python does: `1 == 1.0 == True`. Floats are exact
-  (no tolerance): the program is deterministic, so its float output is one exact value.
+`values_equal` is CPython's `==`, with two decisions made explicit:
 - **nan equals nan**, at any depth (`[nan] == [nan]`, `{'a': nan}`, `{nan}`, `{nan: 1}`): a program that
   returns nan deterministically has a well-defined output, and a student who predicts
-  nan is right. (Python's own `==` says False unless both are the same object.)
-- Dict key order is irrelevant (Python agrees); sets compare as Python sets.
+  nan is right. (Python's own `==` says False unless both are the same object.) Sets and
+  dict keys holding NaNs are paired one to one: `{nan: 1, nan: 2}` is not `{nan: 1, nan: 1}`.
+- Nothing else is loosened or tightened: a student's answer is right exactly when
+  `f(input) == answer` holds in CPython (what CRUXEval checks). So a list is not a tuple,
+  numbers compare by value (`1 == 1.0 == True`, `Fraction(1, 2) == 0.5`), a set equals the
+  frozenset of the same members, a named tuple equals the plain tuple of its items,
+  `bytearray(b'a') == b'a'`, ranges compare as sequences (`range(0) == range(2, 2)`), dict key
+  order is irrelevant. Floats are exact (no tolerance): the program is deterministic, so its
+  float output is one exact value.
 
 Standard library only: worker processes load this file without importing `popula`.
 """
@@ -22,7 +28,11 @@ Standard library only: worker processes load this file without importing `popula
 from __future__ import annotations
 
 import _ast as ast  # the node classes and the parser; the `ast` module would add ~1 MB to each sandbox worker
+import collections
+import datetime
 import math
+import types
+from fractions import Fraction
 from typing import Any
 
 _CONSTRUCTOR_FLOATS = {"nan", "inf", "-inf", "infinity", "-infinity", "+inf"}
@@ -52,7 +62,9 @@ def read_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
     Parsed as the call `f(<text>)`: anything that is not exactly one such call of `f` with
     plain positional and keyword arguments (a closing parenthesis smuggled into the text,
-    `*args`, `**kwargs`, a keyword given twice) is not an argument list of values."""
+    `*args`, `**kwargs`, a keyword given twice) is not an argument list of values. The
+    arguments travel to a worker by marshal, so each is built of literal types only: the
+    reprs that read back as other values (Fraction, range, a named tuple, ...) are refused."""
     try:
         tree = compile(f"f(\n{text.strip()}\n)", "<unknown>", "eval", ast.PyCF_ONLY_AST)
         call = tree.body
@@ -68,13 +80,34 @@ def read_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
             if keyword.arg in kwargs:
                 raise NotAValue(f"keyword {keyword.arg!r} is given twice")
             kwargs[keyword.arg] = _build(keyword.value)
-        return tuple(_build(arg) for arg in call.args), kwargs
+        args = tuple(_build(arg) for arg in call.args)
+        if not all(map(_is_literal, (*args, *kwargs.values()))):
+            raise NotAValue("an argument is a literal value: no Fraction, range, bytearray, datetime or named tuple")
+        return args, kwargs
     except NotAValue:
         raise
     except (RecursionError, MemoryError) as err:
         raise NotAValue(f"nested too deeply to read ({type(err).__name__})") from None
     except (SyntaxError, ValueError, TypeError, OverflowError) as err:
         raise NotAValue(f"{type(err).__name__}: {err}") from None
+
+
+_LITERAL_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset})
+
+
+def _is_literal(value: Any) -> bool:
+    """Whether a value read by _build is made of literal types alone (what marshal carries)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) not in _LITERAL_TYPES:
+            return False
+        if type(item) is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif type(item) in (list, tuple, set, frozenset):
+            stack.extend(item)
+    return True
 
 
 def _build(node: ast.AST) -> Any:
@@ -103,21 +136,109 @@ def _build(node: ast.AST) -> Any:
         return left + right if isinstance(node.op, ast.Add) else left - right
     if isinstance(node, ast.Name) and node.id in ("nan", "inf"):
         return float(node.id)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-        name, args = node.func.id, node.args
-        if name == "set" and not args:
-            return set()
-        if name == "frozenset" and len(args) <= 1:
-            return frozenset(_build(args[0])) if args else frozenset()
-        if (
-            name == "float"
-            and len(args) == 1
-            and isinstance(args[0], ast.Constant)
-            and isinstance(args[0].value, str)
-            and args[0].value.strip().lower() in _CONSTRUCTOR_FLOATS
-        ):
-            return float(args[0].value)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return _build_call(node.func.id, node.args, node.keywords)
+    if isinstance(node, ast.Call) and _dotted(node.func) in _DATETIME_TYPES:
+        return _build_datetime(_DATETIME_TYPES[_dotted(node.func)], node.args, node.keywords)
+    if isinstance(node, ast.Attribute) and _dotted(node) == "datetime.timezone.utc":
+        return datetime.timezone.utc
     raise NotAValue(f"{type(node).__name__} is not part of a value literal")
+
+
+def _build_call(name: str, args: list[ast.AST], keywords: list[ast.keyword]) -> Any:
+    """The value of a repr that is a call: a named tuple's `P(x=1)` (keywords only), or one
+    of the few constructors whose repr is not a literal, on literal arguments."""
+    if keywords or (not args and name not in ("set", "frozenset")):
+        if args:
+            raise NotAValue("a named tuple's repr has keyword arguments only")
+        return _build_named_tuple(name, keywords)
+    if name == "set" and not args:
+        return set()
+    if name == "frozenset" and len(args) <= 1:
+        return frozenset(_build(args[0])) if args else frozenset()
+    if name == "float" and len(args) == 1 and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) \
+            and args[0].value.strip().lower() in _CONSTRUCTOR_FLOATS:
+        return float(args[0].value)
+    if name == "bytearray" and len(args) == 1 and isinstance(args[0], ast.Constant) and type(args[0].value) is bytes:
+        return bytearray(args[0].value)
+    if name == "range" and len(args) in (2, 3):
+        return range(*_ints(args))
+    if name == "Fraction" and len(args) == 2:
+        numerator, denominator = _ints(args)
+        if denominator == 0:
+            raise NotAValue("a Fraction's denominator is not 0")
+        return Fraction(numerator, denominator)
+    raise NotAValue(f"{name}(...) is not the repr of a value")
+
+
+_DATETIME_TYPES = {f"datetime.{kind.__name__}": kind for kind in
+                   (datetime.date, datetime.datetime, datetime.time, datetime.timedelta, datetime.timezone)}
+# The keywords each datetime type's repr may write (datetime.timedelta(days=3), tzinfo=..., fold=1).
+_DATETIME_KEYWORDS = {datetime.timedelta: {"days", "seconds", "microseconds"}, datetime.datetime: {"tzinfo", "fold"},
+                      datetime.time: {"tzinfo", "fold"}, datetime.date: set(), datetime.timezone: set()}
+
+
+def _dotted(node: ast.AST) -> str:
+    """'datetime.date' for the expression datetime.date; '' for anything but names and attributes."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _build_datetime(kind: type, args: list[ast.AST], keywords: list[ast.keyword]) -> Any:
+    """A datetime value from its repr: int arguments (a timezone's: a timedelta and a name),
+    and the keywords its repr writes, tzinfo only ever a datetime.timezone."""
+    values = [_build(arg) for arg in args]
+    extra = {k.arg: _build(k.value) for k in keywords}
+    if None in extra or not set(extra) <= _DATETIME_KEYWORDS[kind]:
+        raise NotAValue(f"{kind.__name__} takes no such keyword")
+    if kind is datetime.timezone:
+        if not (1 <= len(values) <= 2 and type(values[0]) is datetime.timedelta
+                and all(type(v) is str for v in values[1:])):
+            raise NotAValue("a timezone is written with a timedelta and a name")
+    elif not all(type(v) is int for v in [*values, *(v for k, v in extra.items() if k != "tzinfo")]):
+        raise NotAValue(f"{kind.__name__} takes int literals")
+    if type(extra.get("tzinfo", datetime.timezone.utc)) is not datetime.timezone:
+        raise NotAValue("a tzinfo is a datetime.timezone")
+    return kind(*values, **extra)
+
+
+def _ints(args: list[ast.AST]) -> list[int]:
+    values = [_build(arg) for arg in args]
+    if not all(type(v) is int for v in values):
+        raise NotAValue("range and Fraction take int literals")
+    return values
+
+
+def _build_named_tuple(name: str, keywords: list[ast.keyword]) -> "NamedTupleValue":
+    fields = tuple(k.arg for k in keywords)
+    if None in fields:
+        raise NotAValue("**arguments are not values")
+    if len(set(fields)) != len(fields):
+        raise NotAValue("a named tuple's fields are distinct")
+    return NamedTupleValue(name, fields, [_build(k.value) for k in keywords])
+
+
+class NamedTupleValue(tuple):
+    """A named tuple read back from its repr `P(x=1, y=2)`: the tuple of its items, with its
+    class name and field names kept for its repr. It compares and hashes as the tuple,
+    as CPython's named tuples do (`P(1, 2) == (1, 2)`)."""
+
+    def __new__(cls, name: str, fields: tuple[str, ...], items: Any) -> "NamedTupleValue":
+        self = super().__new__(cls, items)
+        if len(self) != len(fields):
+            raise NotAValue("a named tuple has one item per field")
+        self.name, self.fields = name, fields
+        return self
+
+    def __repr__(self) -> str:
+        return f"{self.name}(" + ", ".join(f"{k}={v!r}" for k, v in zip(self.fields, self)) + ")"
+
+    def __getnewargs__(self) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
+        """What pickle and copy pass to __new__ (a tuple's would be its items alone)."""
+        return self.name, self.fields, tuple(self)
 
 
 def _is_number(value: Any) -> bool:
@@ -128,8 +249,13 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float))
 
 
+# Sequences equal only sequences of their own kind: a list a list, a tuple a tuple or a
+# named tuple (CPython's named tuples are tuples).
+_SEQUENCE_KINDS = {list: list, tuple: tuple, NamedTupleValue: tuple}
+
+
 def values_equal(a: Any, b: Any, ordered_dicts: bool = False) -> bool:
-    """Equality of two built-in values as documented above (never by string).
+    """Equality of two values as documented above (never by string).
 
     ordered_dicts: dicts must also list their keys in the same order. The determinism
     check uses it: a dict built from a set of strings has a seed-dependent key order,
@@ -139,36 +265,51 @@ def values_equal(a: Any, b: Any, ordered_dicts: bool = False) -> bool:
     if isinstance(a, complex) and isinstance(b, complex):
         return values_equal(a.real, b.real) and values_equal(a.imag, b.imag)
     ta, tb = type(a), type(b)
-    if ta in (list, tuple) or tb in (list, tuple):
-        return ta is tb and len(a) == len(b) and all(values_equal(x, y, ordered_dicts) for x, y in zip(a, b))
+    if ta in _SEQUENCE_KINDS or tb in _SEQUENCE_KINDS:
+        return (_SEQUENCE_KINDS.get(ta) is _SEQUENCE_KINDS.get(tb) and len(a) == len(b)
+                and all(values_equal(x, y, ordered_dicts) for x, y in zip(a, b)))
     if ta is dict or tb is dict:
         if ta is not tb or len(a) != len(b):
             return False
         if ordered_dicts:
             return all(values_equal(ka, kb) and values_equal(va, vb, True)
                        for (ka, va), (kb, vb) in zip(a.items(), b.items()))
-        for key, value in a.items():
-            if key in b:
-                if not values_equal(value, b[key]):
-                    return False
-            elif not _holds_nan(key) or not any(values_equal(key, k) and values_equal(value, v)
-                                                 for k, v in b.items()):
-                return False
-        return True
+        return _dicts_equal(a, b)
     if ta in (set, frozenset) and tb in (set, frozenset):
-        return len(a) == len(b) and (a == b or _match_all(list(a), list(b)))
+        return len(a) == len(b) and (a == b or _sets_equal(a, b))
     try:
         return bool(a == b)
     except Exception:  # an exotic __eq__ (only possible inside a worker) is simply unequal
         return False
 
 
-def _match_all(a: list[Any], b: list[Any]) -> bool:
-    """Whether the members of two sets pair up by values_equal. Python's set equality looks
-    members up by hash and identity, so two NaNs (or tuples holding them) never match; only
-    sets that hold a NaN get here with different members, and they are small in practice."""
-    if not any(map(_holds_nan, a)):
+def _dicts_equal(a: dict, b: dict) -> bool:
+    """Equal-sized dicts with equal items, keys paired one to one. Keys without a NaN are
+    looked up as Python does; keys that hold a NaN never match by lookup (NaN != NaN), so
+    those items are paired off by values_equal instead (_pair_off)."""
+    a_nan = []
+    for key, value in a.items():
+        if _holds_nan(key):
+            a_nan.append((key, value))
+        elif key not in b or not values_equal(value, b[key]):
+            return False
+    b_nan = [(key, value) for key, value in b.items() if _holds_nan(key)]
+    return _pair_off(a_nan, b_nan)
+
+
+def _sets_equal(a: set | frozenset, b: set | frozenset) -> bool:
+    """Equal-sized sets that Python calls unequal may still be equal when they hold NaNs:
+    the members without a NaN must be in both, and those with one pair off one to one."""
+    a_nan = [x for x in a if _holds_nan(x)]
+    if not a_nan or any(x not in b for x in a if not _holds_nan(x)):
         return False
+    return _pair_off(a_nan, [y for y in b if _holds_nan(y)])
+
+
+def _pair_off(a: list[Any], b: list[Any]) -> bool:
+    """Whether the items of `a` and `b` pair up one to one by values_equal. values_equal is
+    an equivalence, so pairing each item with the first equal one left never misses a
+    pairing that exists. Only NaN-holding members and keys get here: few in practice."""
     left = list(b)
     for x in a:
         for i, y in enumerate(left):
@@ -177,7 +318,7 @@ def _match_all(a: list[Any], b: list[Any]) -> bool:
                 break
         else:
             return False
-    return True
+    return not left
 
 
 def _holds_nan(value: Any, depth: int = 0) -> bool:
@@ -186,28 +327,31 @@ def _holds_nan(value: Any, depth: int = 0) -> bool:
         return math.isnan(value)
     if isinstance(value, complex):
         return math.isnan(value.real) or math.isnan(value.imag)
-    if type(value) in (tuple, frozenset) and depth < 100:
+    if isinstance(value, (tuple, frozenset)) and depth < 100:
         return any(_holds_nan(item, depth + 1) for item in value)
     return False
 
 
-_ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
+_ATOMS = frozenset({int, float, str, bytes, bool, type(None), bytearray, range, datetime.date, datetime.timedelta})
+_ZONED = frozenset({datetime.datetime, datetime.time, datetime.timezone})  # values if their zone is: _is_plain_zone
 _CONTAINERS = frozenset({list, tuple, set, frozenset})
 
 
 def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
     """One walk over `value` (iterative: depth costs no recursion), saying how its output
     may be written:
-    - ("plain", None): exact built-in literal types only, no complex, no container met twice,
-      nesting up to 100: its repr reads back as an equal value, guaranteed, so the costly
-      read-back check can be skipped;
-    - ("check", None): built of built-in value types, but the repr must be read back to be
-      trusted (complex: '(nan+nanj)' does not; a shared or cyclic container: '[[...]]';
-      deeper nesting);
-    - ("foreign", item): `item` is not a built-in value type (a subclass, an object), or the
+    - ("plain", None): exact built-in types whose repr reads back (literals, bytearray,
+      range) only, no complex, no container met twice, nesting up to 100: its repr reads
+      back as an equal value, guaranteed, so the costly read-back check can be skipped;
+    - ("check", None): built of value types (a Fraction, a datetime or time with a zone
+      included), but the repr must be read back to be trusted (complex: '(nan+nanj)' does
+      not; a shared or cyclic container: '[[...]]'; deeper nesting);
+    - ("rebuild", None): as "check", and it holds a named tuple: it is written from
+      read_back_form(value), never by the task's class;
+    - ("foreign", item): `item` is not a value type (a subclass, an object), or the
       value has more than `limit` parts. Then its repr could run the task's code.
     """
-    stack, seen, plain = [(value, 0)], set(), True
+    stack, seen, plain, rebuild, fields_of = [(value, 0)], set(), True, False, {}
     while stack:
         limit -= 1
         if limit < 0:
@@ -216,7 +360,7 @@ def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
         kind = type(item)
         if kind in _ATOMS:
             continue
-        if kind is complex:
+        if kind is complex or (kind is Fraction and _is_fraction(item)) or (kind in _ZONED and _is_plain_zone(item)):
             plain = False
             continue
         if kind in _CONTAINERS or kind is dict:
@@ -229,8 +373,87 @@ def value_shape(value: Any, limit: int = 1_000_000) -> tuple[str, Any]:
             parts = [*item.keys(), *item.values()] if kind is dict else item
             stack.extend((part, depth + 1) for part in parts)
             continue
+        if kind not in fields_of:
+            fields_of[kind] = named_tuple_fields(kind)
+        if fields_of[kind] is not None and len(fields_of[kind]) == tuple.__len__(item):
+            plain, rebuild = False, True
+            stack.extend((part, depth + 1) for part in tuple.__getitem__(item, slice(None)))
+            continue
         return "foreign", item
-    return ("plain" if plain else "check"), None
+    return ("plain" if plain else "rebuild" if rebuild else "check"), None
+
+
+def _is_fraction(item: Fraction) -> bool:
+    """A Fraction whose parts are ints (its slots can be set to anything by a task)."""
+    return type(item._numerator) is int and type(item._denominator) is int
+
+
+def _is_plain_zone(item: datetime.datetime | datetime.time | datetime.timezone) -> bool:
+    """A datetime or time without a zone or with a datetime.timezone, or such a timezone whose
+    name is a str: their reprs are datetime's own (a tzinfo subclass or a str subclass as a
+    zone's name would have the task's repr)."""
+    zone = item if type(item) is datetime.timezone else item.tzinfo
+    return zone is None or (type(zone) is datetime.timezone and type(zone.tzname(None)) is str)
+
+
+def _named_tuple_repr_code() -> types.CodeType | None:
+    """The code of the __repr__ that collections.namedtuple gives every class it makes
+    (one code object for all, with the class's format string in its one cell)."""
+    code = getattr(collections.namedtuple("T", "a").__repr__, "__code__", None)
+    return code if code is not None and code.co_freevars == ("repr_fmt",) else None
+
+
+_NAMED_TUPLE_REPR = _named_tuple_repr_code()
+
+
+def named_tuple_fields(kind: type) -> tuple[str, ...] | None:
+    """The field names of a named tuple class (collections.namedtuple, typing.NamedTuple, or
+    a subclass of one), read without running any of the task's code; None if `kind` is not
+    one whose repr CPython writes as `Name(field=item, ...)`.
+
+    Such a class has `type` as metaclass, a plain str as name, namedtuple's own __repr__
+    as the first __repr__ of its MRO, and no class of it redefines __getattribute__ or
+    __class__ (the repr reads `self.__class__.__name__`). The field names come from that
+    __repr__'s format string, which nothing can change (`_fields` can be reassigned)."""
+    if _NAMED_TUPLE_REPR is None or type(kind) is not type or type(kind.__name__) is not str:
+        return None
+    mro = kind.__mro__
+    if mro[-2:] != (tuple, object):
+        return None
+    for cls in mro[:-2]:
+        namespace = cls.__dict__
+        if not all(type(key) is str for key in namespace):  # so that lookups run no __eq__
+            return None
+        if "__getattribute__" in namespace or "__class__" in namespace:
+            return None
+        if "__repr__" in namespace:
+            method = namespace["__repr__"]
+            if type(method) is not types.FunctionType or method.__code__ is not _NAMED_TUPLE_REPR:
+                return None
+            template = method.__closure__[0].cell_contents  # '(x=%r, y=%r)'
+            if type(template) is not str:
+                return None
+            return tuple(part[:-3] for part in template[1:-1].split(", ")) if template != "()" else ()
+    return None
+
+
+def read_back_form(value: Any, depth: int = 0) -> Any:
+    """A copy of `value` (value_shape said "rebuild") in which every named tuple is a
+    NamedTupleValue built from its class name, field names and the tuple's own items: the
+    value the trusted side will read back, written by this module's code alone."""
+    if depth > 200:
+        raise RecursionError("nested too deeply to write")
+    kind = type(value)
+    if kind in _ATOMS or kind in _ZONED or kind is complex or kind is Fraction:
+        return value
+    if kind is list or kind is tuple:
+        return kind(read_back_form(item, depth + 1) for item in value)
+    if kind is set or kind is frozenset:
+        return kind(read_back_form(item, depth + 1) for item in value)
+    if kind is dict:
+        return {read_back_form(k, depth + 1): read_back_form(v, depth + 1) for k, v in value.items()}
+    items = tuple.__getitem__(value, slice(None))
+    return NamedTupleValue(kind.__name__, named_tuple_fields(kind), [read_back_form(item, depth + 1) for item in items])
 
 
 def is_plain(value: Any) -> bool:

@@ -327,8 +327,9 @@ class _Submodule:
 def _module_tables(warnings):
     """Import the allowed modules once; per module, the attributes tasks may see.
 
-    Kept: public callables, classes and immutable values; mutable containers are copied
-    per job (see _job_builtins); anything else (e.g. decimal.DefaultContext) is left out.
+    Kept: public callables, classes, immutable values and rules.KEPT_OBJECTS; mutable
+    containers are copied per job (see _job_builtins); anything else (e.g.
+    decimal.DefaultContext) is left out.
     Of the dunders, a copy has the real module's __name__ and __doc__, and its __all__
     (when that is a list or tuple of names) less the names the copy leaves out, so that
     `from string import *` imports what the copy holds.
@@ -337,6 +338,10 @@ def _module_tables(warnings):
     for name in sorted(rules.ALLOWED_MODULES):
         __import__(name)
         real[name] = sys.modules[name]
+    for name in _strip_class_attributes(warnings):
+        del real[name]  # the clock could not be taken away: the module is not importable
+    for name in rules.LAZY_IMPORTS:
+        __import__(name)  # imported from C at a first use, in the jail, which has no files
     tables = {}
     for name, module in real.items():
         table = {}
@@ -350,7 +355,7 @@ def _module_tables(warnings):
             if isinstance(value, type):
                 _freeze_class(value, warnings)
                 table[key] = value
-            elif callable(value) or isinstance(value, _IMMUTABLE_VALUES):
+            elif callable(value) or isinstance(value, _IMMUTABLE_VALUES) or (name, key) in rules.KEPT_OBJECTS:
                 table[key] = value
             elif isinstance(value, (list, dict, set)):
                 table[key] = value  # copied per job
@@ -362,6 +367,30 @@ def _module_tables(warnings):
         tables[name] = table
     tables["functools"].update(_safe_functools())
     return tables
+
+
+def _strip_class_attributes(warnings):
+    """Delete rules.STRIPPED_CLASS_ATTRIBUTES (the clock and time zone reads of datetime's
+    C types) from the classes themselves, for this worker and every job forked from it:
+    no route reaches a method that no longer exists. C types are immutable, so the flag
+    that says so is lifted for the deletion, found by value as in _freeze_class. Returns
+    the modules to leave out when that cannot be done (an unknown type layout): those that
+    hand out datetime's objects (rules.CLOCK_MODULES)."""
+    for module, cls_name, attr in sorted(rules.STRIPPED_CLASS_ATTRIBUTES):
+        cls = getattr(sys.modules[module], cls_name)
+        if attr not in cls.__dict__:
+            continue
+        word = ctypes.c_ulong.from_address(id(cls) + 168)
+        if word.value != cls.__flags__:
+            warnings.append("unknown type layout: datetime and calendar are not importable "
+                            "(the clock stays in datetime)")
+            return rules.CLOCK_MODULES
+        word.value = cls.__flags__ & ~Py_TPFLAGS_IMMUTABLETYPE
+        try:
+            delattr(cls, attr)
+        finally:
+            word.value = cls.__flags__ | Py_TPFLAGS_IMMUTABLETYPE
+    return frozenset()
 
 
 def _safe_functools():
@@ -387,11 +416,17 @@ def _safe_functools():
             "wraps": _like_builtin(wraps, real_wraps, "functools")}
 
 
-def _hidden(name, _allowed=rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES):
-    """A computed attribute name the sandbox's getattr & co. treat as missing."""
+def _hidden(name, _allowed=rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES
+            | rules.READ_ONLY_DUNDER_ATTRIBUTES):
+    """A computed attribute name the sandbox's getattr, hasattr and format fields treat as missing."""
     if not isinstance(name, str):
         return False
     return (name.startswith("_") and name not in _allowed) or name in rules.FRAME_ATTRIBUTES
+
+
+def _hidden_to_write(name):
+    """A computed attribute name the sandbox's setattr and delattr treat as missing."""
+    return _hidden(name) or name in rules.READ_ONLY_DUNDER_ATTRIBUTES
 
 
 def _like_builtin(func, real, module="builtins"):
@@ -419,7 +454,8 @@ def _format_checks():
     subclass, `super().format`, getattr, a bound method kept for later), what the task gets
     is str's method wrapped in the check, or the attribute itself when it is not str's
     method. A field that reads a hidden attribute raises AttributeError, as a missing
-    attribute does; index fields ('{0[1]}') pass."""
+    attribute does; index fields ('{0[1]}') pass. policy.py compiles reads of `.__dict__`
+    as checked_format_read(obj, '__dict__') too: see _shown_dict."""
     real_getattr, hidden_field = builtins.getattr, rules.hidden_format_field
     str_format, str_format_map = str.format, str.format_map
     builtin_method = type("".join)
@@ -462,18 +498,43 @@ def _format_checks():
         return value
 
     def checked_format_read(obj, name):
-        if name not in unbound:  # the policy's calls name these two only
+        if name == rules.DICT_ATTRIBUTE:
+            return _shown_dict(obj)
+        if name not in unbound:  # the policy's calls name these three only
             raise _missing(name)
         return checked(real_getattr(obj, name))
 
     return checked_format_read, checked
 
 
+# The module copies made for tasks (_importer), by id: kept alive for the job's life, so an
+# id names one copy only. _shown_dict shows their attributes.
+_MODULE_COPIES = {}
+
+
+def _dict_shown(obj):
+    """Whether the sandbox shows `obj.__dict__` (rules.DICT_ATTRIBUTE): a module copy's (what
+    its attributes show anyway) or an instance's of a class the task made (a class's
+    `__module__` is the task's only when the task's code made it). A class's own namespace,
+    a function's or a standard-library object's would hand out the private and dunder
+    members that the policy hides as attributes."""
+    return _MODULE_COPIES.get(id(obj)) is obj or (
+        not isinstance(obj, type) and getattr(type(obj), "__module__", None) == rules.TASK_MODULE_NAME)
+
+
+def _shown_dict(obj):
+    """`obj.__dict__` where it is shown (_dict_shown), else a missing attribute."""
+    if _dict_shown(obj):
+        return obj.__dict__
+    raise _missing(rules.DICT_ATTRIBUTE)
+
+
 def _make_builtins():
     """The builtins every job starts from (a fresh dict per job, see _job_builtins).
 
     getattr, setattr, delattr and hasattr are Python functions that treat hidden names
-    (_hidden) as missing attributes, named and documented as CPython's (_like_builtin);
+    (_hidden, _hidden_to_write) as missing attributes, and vars shows what `.__dict__` shows
+    (_shown_dict), named and documented as CPython's (_like_builtin);
     `print` is CPython's own: a job's stdout is /dev/null (its batch parent's fds 0-2),
     and no file object is reachable from a task, so `print(..., file=x)` writes only to
     an object the task made itself."""
@@ -498,17 +559,27 @@ def _make_builtins():
         return checked(value) if name in format_methods else value
 
     def safe_setattr(obj, name, value):
-        if _hidden(name):
+        if _hidden_to_write(name):
             raise missing(name)
         return real_setattr(obj, name, value)
 
     def safe_delattr(obj, name):
-        if _hidden(name):
+        if _hidden_to_write(name):
             raise missing(name)
         return real_delattr(obj, name)
 
     def safe_hasattr(obj, name):
         return False if _hidden(name) or registry(obj, name) else real_hasattr(obj, name)
+
+    def safe_vars(*obj):
+        if len(obj) != 1:  # vars() is the caller's locals: at module level, the builtins too
+            if not obj:
+                raise TypeError("vars() without an argument is not available in the sandbox")
+            return builtins.vars(*obj)  # CPython's own error
+        if not _dict_shown(obj[0]):
+            kind = str(type(obj[0]).__name__)[:60]
+            raise TypeError(f"vars() of an object of type {kind} is not available in the sandbox")
+        return builtins.vars(obj[0])
 
     # print writes to sys.stdout (/dev/null in a job) through its 8 KB buffer (0.3 us a
     # call; unbuffered, each call would be a write(2)), encoded as CPython's stdout is in a
@@ -523,6 +594,7 @@ def _make_builtins():
         setattr=_like_builtin(safe_setattr, real_setattr),
         delattr=_like_builtin(safe_delattr, real_delattr),
         hasattr=_like_builtin(safe_hasattr, real_hasattr),
+        vars=_like_builtin(safe_vars, builtins.vars),
     )
     safe[rules.FORMAT_CHECKER] = checked_format_read
     return safe
@@ -664,6 +736,7 @@ def _importer(tables, made):
     def module(name):
         if name not in made:
             copy = types.ModuleType(name)
+            _MODULE_COPIES[id(copy)] = copy
             for key, value in tables[name].items():
                 if type(value) is _Submodule:
                     value = module(value.name)
@@ -676,6 +749,8 @@ def _importer(tables, made):
     def safe_import(name, globals=None, locals=None, fromlist=(), level=0):
         if level:
             raise ImportError("relative imports are not allowed in the sandbox")
+        if name in rules.LAZY_IMPORTS and name in sys.modules:
+            return sys.modules[name]
         if name not in tables:
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         return module(name) if fromlist else module(name.partition(".")[0])
@@ -827,18 +902,22 @@ def _represent(value, limit):
     """The repr of `value` if it is built of built-in values only, else an error.
 
     The shape is checked before repr runs, so no code of the task runs while its output is
-    written (a task's own __repr__ could change the value between the write and a check)."""
+    written (a task's own __repr__ could change the value between the write and a check);
+    a value holding a named tuple (a class of the task's) is written from a copy made of
+    the values module's types alone (values.read_back_form)."""
     shape, foreign = values.value_shape(value)
     if shape == "foreign":
         name = str(getattr(type(foreign), "__qualname__", "object"))[:60]
         return None, ("unrepresentable", f"the output is not a plain value (it holds a {name})")
     try:
+        if shape == "rebuild":
+            value = values.read_back_form(value)
         text = repr(value)
     except MemoryError:
         return None, ("memory", "out of memory while writing the output")
     except ValueError as err:  # e.g. an int beyond the int-to-str digit limit
         return None, ("output_too_large", f"{type(err).__name__}: {str(err)[:200]}")
-    except BaseException as err:
+    except BaseException as err:  # RecursionError included: a named tuple nested too deeply
         return None, ("unrepresentable", f"repr failed: {type(err).__name__}")
     if type(text) is not str:
         return None, ("unrepresentable", "repr did not return a string")
