@@ -119,12 +119,12 @@ def test_a_user_without_root_gets_the_same_verdicts_under_an_open_file_limit_of_
     tasks = _tasks_file(copy)
     argv = [unprivileged.interpreter(), "-I", "-S", "-c", VERIFY, str(copy), str(tasks)]
     runs = {}
-    for name, nofile in (("unlimited", None), ("limited", (1024, 1024))):
+    for name, nofile in {"unlimited": None, **LIMITS}.items():
         done = unprivileged.run(argv, timeout=300, nofile=nofile)
         assert done.returncode == 0, done.stderr[-2000:]
         runs[name] = _verdicts(done.stdout)
     _assert_right(runs["unlimited"])
-    assert runs["limited"] == runs["unlimited"]
+    assert {name: runs[name] == runs["unlimited"] for name in LIMITS} == dict.fromkeys(LIMITS, True)
 
 
 def test_below_what_the_pool_needs_popula_verify_refuses_in_one_line_naming_the_limit(root_tasks):
