@@ -35,7 +35,7 @@ Reason = Literal[
     "not_a_value",  # an answer only: a code_o/code_i answer that is not literal values (never run)
     "too_long",  # valid to the sandbox, but its student prompt and answer exceed the model's context
     "malformed",  # `popula verify` only: a line that is no task record (not JSON, a field missing or wrong, ...)
-    "too_large",  # a record over the sandbox's caps (bytes per record, inputs per task): refused unread
+    "too_large",  # a record over the sandbox's caps (bytes per record, inputs per task): refused before any work
 ]
 REASONS: tuple[str, ...] = get_args(Reason)
 
@@ -165,10 +165,9 @@ def parse_record(obj: Any, where: str) -> TaskRecord:
 
 @dataclass
 class RecordFault:
-    """A line of a task file that holds no record to judge: where it is, its id when one
-    could be read, and why (reason "malformed" or "too_large"; `detail` starts with where)."""
+    """A line of a task file that holds no record to judge: its id when one could be read,
+    and why (reason "malformed" or "too_large"; `detail` starts with the file and line)."""
 
-    where: str
     id: str | None
     reason: Reason
     detail: str
@@ -198,7 +197,7 @@ def scan_records(path: str | Path, max_line_bytes: int | None = None) -> list[Ta
     """Each record of a JSONL task file, in order, or the fault that keeps its line from
     being one (as read_records words it): a bad line is that line's problem, and the rest
     of the file is still read. A line over `max_line_bytes` is a "too_large" fault, skipped
-    unread, so an oversized record costs no parsing. Only what spoils the whole file raises
+    unparsed, so an oversized record costs no parsing. Only what spoils the whole file raises
     PopulaError: no such file, unreadable, or no record at all."""
     path = Path(path)
     try:
@@ -222,13 +221,13 @@ def _scan(fh: BinaryIO, name: str, max_line_bytes: int | None) -> tuple[list[Tas
     for lineno, (raw, length) in enumerate(_raw_lines(fh, max_line_bytes), start=1):
         where = f"{name}:{lineno}"
         if raw is None:
-            entries.append(RecordFault(where, None, "too_large", f"{where}: the record is {length} bytes long "
+            entries.append(RecordFault(None, "too_large", f"{where}: the record is {length} bytes long "
                                        f"(limit {max_line_bytes}); it was skipped unparsed"))
             continue
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            entries.append(RecordFault(where, None, "malformed", f"{where}: not UTF-8 text ({err.reason} at byte {err.start})"))
+            entries.append(RecordFault(None, "malformed", f"{where}: not UTF-8 text ({err.reason} at byte {err.start})"))
             continue
         if not line.strip():
             blank = True
@@ -236,7 +235,7 @@ def _scan(fh: BinaryIO, name: str, max_line_bytes: int | None) -> tuple[list[Tas
         entry = _parse_line(line, where)
         if isinstance(entry, TaskRecord):
             if entry.id in first_line:
-                entry = RecordFault(where, entry.id, "malformed", f"{where}: id {entry.id!r} is already the id of line "
+                entry = RecordFault(entry.id, "malformed", f"{where}: id {entry.id!r} is already the id of line "
                                     f"{first_line[entry.id]}; every record needs its own id")
             else:
                 first_line[entry.id] = lineno
@@ -276,15 +275,15 @@ def _parse_line(line: str, where: str) -> TaskRecord | RecordFault:
     try:
         obj = json.loads(line, object_pairs_hook=_no_repeated_keys)
     except json.JSONDecodeError as err:
-        return RecordFault(where, None, "malformed", f"{where}: not valid JSON ({err.msg} at column {err.colno})")
+        return RecordFault(None, "malformed", f"{where}: not valid JSON ({err.msg} at column {err.colno})")
     except _RepeatedKey as err:
-        return RecordFault(where, None, "malformed", f"{where}: key {err.key!r} appears twice in one object; keep one")
+        return RecordFault(None, "malformed", f"{where}: key {err.key!r} appears twice in one object; keep one")
     try:
         return parse_record(obj, where)
     except PopulaError as err:
         record_id = obj.get("id") if isinstance(obj, dict) else None
         readable = isinstance(record_id, (str, int)) and not isinstance(record_id, bool)
-        return RecordFault(where, str(record_id) if readable else None, "malformed", str(err))
+        return RecordFault(str(record_id) if readable else None, "malformed", str(err))
 
 
 class _RepeatedKey(Exception):

@@ -22,8 +22,10 @@ PROBES = HARNESS + r"""
 import errno
 libc = ctypes.CDLL(None, use_errno=True)
 # calls glibc has no wrapper for (numbers from the kernel's tables, kept apart from seccomp.py's)
-NR = {"x86_64": {"clone3": 435, "add_key": 248, "io_setup": 206, "memfd_secret": 447, "settimeofday": 164},
-      "aarch64": {"clone3": 435, "add_key": 217, "io_setup": 0, "memfd_secret": 447, "settimeofday": 170}}[os.uname().machine]
+NR = {
+    "x86_64": {"clone3": 435, "add_key": 248, "io_setup": 206, "memfd_secret": 447, "settimeofday": 164},
+    "aarch64": {"clone3": 435, "add_key": 217, "io_setup": 0, "memfd_secret": 447, "settimeofday": 170},
+}[os.uname().machine]
 AF_UNIX, AF_INET, AF_NETLINK, SOCK_STREAM, SOCK_DGRAM, SOCK_RAW = 1, 2, 16, 1, 2, 3
 AT_FDCWD = -100
 IOCTLS = {"FIOSETOWN": 0x8901, "SIOCSPGRP": 0x8902, "FIOASYNC": 0x5452, "TIOCSPGRP": 0x5410,

@@ -119,12 +119,12 @@ def test_a_user_without_root_gets_the_same_verdicts_under_an_open_file_limit_of_
     tasks = _tasks_file(copy)
     argv = [unprivileged.interpreter(), "-I", "-S", "-c", VERIFY, str(copy), str(tasks)]
     runs = {}
-    for name, nofile in (("unlimited", None), ("limited", (1024, 1024))):
+    for name, nofile in {"unlimited": None, **LIMITS}.items():
         done = unprivileged.run(argv, timeout=300, nofile=nofile)
         assert done.returncode == 0, done.stderr[-2000:]
         runs[name] = _verdicts(done.stdout)
     _assert_right(runs["unlimited"])
-    assert runs["limited"] == runs["unlimited"]
+    assert {name: runs[name] == runs["unlimited"] for name in LIMITS} == dict.fromkeys(LIMITS, True)
 
 
 def test_below_what_the_pool_needs_popula_verify_refuses_in_one_line_naming_the_limit(root_tasks):
@@ -134,3 +134,35 @@ def test_below_what_the_pool_needs_popula_verify_refuses_in_one_line_naming_the_
     assert len(lines) == 1, done.stderr
     assert "RLIMIT_NOFILE" in lines[0] and "ulimit -n " in lines[0], lines[0]
     assert done.stdout == ""
+
+
+# an fd above 65536 (argv[2]) as a busy pool under a raised limit may pass one to its worker,
+# closed by a batch parent's cleanup
+HIGH_FD = r"""
+import importlib.util, os, resource, sys
+high = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (high + 1, high + 1))
+spec = importlib.util.spec_from_file_location("zygote_under_test", sys.argv[1])
+z = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(z)
+r, w = os.pipe()
+os.dup2(r, high)
+z._close_all_but({w})
+try:
+    os.fstat(high)
+    print("open")
+except OSError:
+    print("closed")
+"""
+
+
+def test_a_batch_parent_closes_fds_above_65536_too():
+    # the pool raises its soft limit to the hard one, and a busy pool passes its pipes to a
+    # worker at the numbers they have: none of them may reach a job
+    if HARD <= (1 << 16) + 1:
+        pytest.skip(f"the hard open-file limit here ({HARD}) allows no fd above 65536")
+    zygote = ROOT / "popula" / "sandbox" / "zygote.py"
+    argv = [sys.executable, "-I", "-S", "-c", HIGH_FD, str(zygote), str(min(HARD, 1 << 20) - 1)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "closed"

@@ -242,7 +242,8 @@ def test_refusals_reach_the_shell_as_exit_2_and_one_line_without_a_traceback(tmp
     empty.write_text("")
     done = subprocess.run([sys.executable, "-m", "popula", "verify", str(empty)], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr == f"popula verify: error: {empty}: no task records (the file is empty); write one JSON object per line\n"
+    assert done.stderr == (f"popula verify: error: {empty}: no task records (the file is empty); "
+                           "write one JSON object per line\n")
 
 
 @pytest.mark.parametrize("task_type, field", [("code_o", "answer"), ("code_i", "answer")])

@@ -16,13 +16,13 @@ questions about an fd, so no FIOSETOWN, SIOCSPGRP, FIOASYNC or terminal request 
 TIOCSPGRP, TIOCSCTTY, TIOCSTI), and changing the limits, priority, scheduling or memory
 placement of another process. And it denies what no task needs and only reaches the host:
 new memfds, file handles, fanotify/inotify, device nodes, quotas, swap, the kernel log,
-accounting, hangup, setting the clock, host and domain names, I/O ports. And getrandom:
-no entropy reaches a job but the noise its pool hands it (its runs must be able to
-agree). Some calls are denied only for some argument values (_DENIED_IF_ARG, _DENIED_UNLESS_ARG: fcntl by command, ioctl by
+accounting, hangup, setting the clock, host and domain names, I/O ports (timers stay: a
+POSIX timer signals only its own process). And getrandom: no entropy reaches a job but
+the noise its pool hands it (its runs must be able to agree). Some calls are denied only
+for some argument values (_DENIED_IF_ARG, _DENIED_UNLESS_ARG: fcntl by command, ioctl by
 request, prlimit64 on a pid other than 0, i.e. itself).
-Everything else (memory, reading and writing the fds it already holds, reading the
-clock, timers: a POSIX timer signals only its own process) is allowed, so the interpreter
-runs unchanged. The filter is built once in the worker (`build`) and
+Everything else (memory, reading and writing the fds it already holds, reading the clock)
+is allowed, so the interpreter runs unchanged. The filter is built once in the worker (`build`) and
 installed by each child right before task code runs (`install`): it cannot be undone,
 and PR_SET_NO_NEW_PRIVS makes sure no exec could ever gain privileges back.
 

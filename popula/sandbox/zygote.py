@@ -1039,13 +1039,15 @@ def _unseal(job):
 
 
 def _close_all_but(keep):
-    """Close every fd from 3 up except those in `keep`."""
+    """Close every fd from 3 up except those in `keep`: up to the hard RLIMIT_NOFILE at
+    least, since the pool raises its soft limit to it and passes its pipes to the worker
+    at the numbers they have in the pool (close_range makes the span free)."""
     low = 3
     for fd in sorted(keep):
         if fd >= low:
             os.closerange(low, fd)
             low = fd + 1
-    os.closerange(low, 1 << 16)
+    os.closerange(low, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 # The batch parent's RLIMIT_NOFILE (_jail_batch): the numbers below it are what the batch's
