@@ -1,4 +1,4 @@
-"""When the policy breaks, the judge still holds (docs/security.md § The policy breaks).
+"""When the policy breaks, the judge still holds (docs/security.md § The policy breaks: what then).
 
 Each round of probes found a new way through the in-process Python policy, so integrity
 must not rest on it. These tests run jobs with the policy switched off (the test-only
