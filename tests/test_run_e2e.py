@@ -176,12 +176,37 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, output
+    assert proc.returncode == 130, output  # a script tells an interrupted run from a finished one
     assert "stopping after this step" in output
     last = read_metrics(out / "metrics.jsonl")[-1]["step"]
     assert last < 100_000
+    assert f"interrupted at step {last}; continue with: popula run configs/tiny-cpu.yaml --out {out} --resume" in output
+    assert "Traceback" not in output and "done" not in output
     # the checkpoint at exit holds the last finished step, though the schedule said every 100
     assert (out / "checkpoints" / f"step-{last:06d}").exists()
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_last_finished_step_resumes(base, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "popula", *args(base, out, 100_000, "--set=run.checkpoint_every=100")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl"):
+        assert proc.poll() is None, "the run died on its own"
+        assert time.monotonic() < deadline, "no step within 10 minutes"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    last = read_metrics(out / "metrics.jsonl")[-1]["step"]
+    assert f"interrupted at step {last};" in output
+    assert (out / "checkpoints" / f"step-{last:06d}").exists()
+    assert not list((out / "checkpoints").glob(".*partial"))
+    assert main(args(base, out, last + 1, "--resume", "--set=run.checkpoint_every=100")) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, last + 2))
 
 
 def test_a_ratchet_run_logs_its_reference_tilt_and_carries_it_across_a_resume(base, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from popula.cli.help import add_command
 from popula.errors import PopulaError
 from popula.model.recipe import TinyRecipe
 
@@ -31,8 +32,9 @@ SHAPE_HELP = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "pretrain",
+    parser = add_command(
+        subparsers, "pretrain",
+        examples=['popula pretrain', 'popula pretrain --out bases/wide --hidden-size 256 --steps 2000'],
         help="build the tiny base model (tokenizer, Llama model, cold-start SFT)",
         description=(
             "Build Popula's tiny base model: generate programs, run them in the sandbox, train a "

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from popula.cli.help import add_command
 from popula.errors import PopulaError
 from popula.records import json_line, read_records, write_jsonl
 from popula.sandbox import Sandbox
@@ -21,8 +22,9 @@ _PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth draw
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "verify",
+    parser = add_command(
+        subparsers, "verify",
+        examples=['popula verify samples/tasks.jsonl', 'popula verify samples/tasks.jsonl --out results.jsonl --workers 2'],
         help="validate tasks and judge answers in the sandbox",
         description=(
             "Validate the task records of a JSONL file in the sandbox (parse, policy, limits, "
