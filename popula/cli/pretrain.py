@@ -40,8 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Build Popula's tiny base model: generate programs, run them in the sandbox, train a "
             "byte-level BPE tokenizer and a small Llama model on teacher and student examples in "
             "the compact prompt format, for a fixed number of training steps on the CPU (the same training "
-            "on any machine, about 10 minutes on 2 idle cores; bf16 builds of one recipe sample alike but are "
-            "not bit-identical). popula_tiny.json records what the build did and the model's greedy and "
+            "on any machine, half an hour or more on 2 cores; bf16 builds of one recipe sample alike but are "
+            "not bit-identical). Popula ships a build of the default recipe, which a first run installs; this "
+            "command builds from the recipe all the same. popula_tiny.json records what the build did and the model's greedy and "
             "sampled (4 answers at T=0.8) pass@1 on held-out generated tasks."
         ),
     )
