@@ -196,7 +196,7 @@ def test_a_second_ctrl_c_stops_at_once_and_the_last_finished_step_resumes(base, 
         assert time.monotonic() < deadline, "no step within 10 minutes"
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.5)
+    time.sleep(0.05)  # most likely inside the next step's play, which is then abandoned
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 130, output
@@ -218,3 +218,15 @@ def test_a_ratchet_run_logs_its_reference_tilt_and_carries_it_across_a_resume(ba
     assert main(args(base, out, 2, *ratchet)) == 0
     assert main(args(base, out, 3, *ratchet, "--resume")) == 0
     assert [r["reference_tilt"] for r in read_metrics(out / "metrics.jsonl")] == [0.0, 0.5, 1.0]
+
+
+def test_run_keeps_the_checkpoints_asked_for_and_resumes_from_any_kept_step(base, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(args(base, out, 3, "--set=run.keep_checkpoints=3")) == 0
+    assert Checkpoints(out / "checkpoints").steps() == [1, 2, 3]
+    capsys.readouterr()
+    assert main(args(base, out, 2, "--set=run.keep_checkpoints=3", "--resume", "1")) == 0
+    said = capsys.readouterr().out
+    assert "resuming from step 1 replaces the checkpoints of steps 2, 3" in said and "resumed" in said
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+    assert Checkpoints(out / "checkpoints").steps() == [1, 2]

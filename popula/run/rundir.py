@@ -280,7 +280,9 @@ class GracefulStop:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        # once a stop was asked for, the process is on its way out with the step saved: a later
+        # Ctrl-C has nothing left to stop, and would only turn exit code 130 into a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
     @contextmanager
     def protected(self) -> Iterator[None]:
