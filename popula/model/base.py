@@ -197,11 +197,8 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
             # runs started together from an empty cache (benchmarks/learning.py --jobs 2): one
             # builds, the others wait for it and then find it built
             with registry.locked(path.name, waiting=f"another process is building the tiny base {path}; waiting for it"):
-                if not (path / MARKER).is_file() and not install_shipped(path, recipe):
-                    if progress:
-                        print(f"popula: building the tiny base for recipe {recipe.digest()} (once; half an hour or "
-                              "more on 2 cores: the one shipped with Popula is of another recipe)", flush=True)
-                    build_tiny(path, recipe, progress=progress)
+                if not (path / MARKER).is_file():  # else the process this one waited for built it
+                    _install_or_build(path, recipe, progress)
         return path
     if spec in registry.MODELS:
         return registry.ensure_model(spec, progress=progress)
@@ -223,6 +220,19 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         raise PopulaError(f"base_model {spec!r}: expected `tiny`, a registry model ({', '.join(sorted(registry.MODELS))}, each also as NAME+coldstart), a .gguf file, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
     check_hub_id(spec)
     return spec
+
+
+def _install_or_build(path: Path, recipe: TinyRecipe, progress: bool) -> None:
+    """Put the tiny base of `recipe` at `path`: the build shipped with Popula when it is of this
+    recipe (seconds), else a build from the recipe (half an hour or more on 2 cores)."""
+    if install_shipped(path, recipe):
+        if progress:
+            print(f"popula: installed the tiny base that ships with Popula into {path}", flush=True)
+        return
+    if progress:
+        print(f"popula: building the tiny base for recipe {recipe.digest()} (once; half an hour or more on 2 "
+              "cores: the one shipped with Popula is of another recipe)", flush=True)
+    build_tiny(path, recipe, progress=progress)
 
 
 def load_base(spec: str, *, recipe: TinyRecipe | None = None, dtype: Any = None) -> tuple[Any, Any]:
