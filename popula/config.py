@@ -243,6 +243,7 @@ class RewardsConfig(_Section):
 class RunConfig(_Section):
     steps: int = Field(120, ge=1)
     checkpoint_every: int = Field(10, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept; older ones are deleted")
 
 
 class HeldoutSection(_Section):
@@ -378,10 +379,31 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in err.errors()
-        )
-        raise PopulaError(f"{source}: invalid config: {problems}") from None
+        raise PopulaError(_blame(err, source, overrides)) from None
+
+
+def _blame(err: ValidationError, source: str, overrides: list[str]) -> str:
+    """The refusal, naming where each bad key came from: an override (`--set KEY=VALUE`) when
+    the key is one it set or lies under one, else the config file."""
+    by_override: list[str] = []
+    by_file: list[str] = []
+    for e in err.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        where = ".".join(loc) or "(top level)"
+        override = next((o for o in reversed(overrides)
+                         if _shares_path(tuple(o.partition("=")[0].split(".")), loc)), None)
+        if override is not None:
+            by_override.append(f"--set {override}: {where}: {e['msg']}")
+        else:
+            by_file.append(f"{where}: {e['msg']}")
+    parts = by_override + ([f"{source}: invalid config: {'; '.join(by_file)}"] if by_file else [])
+    return "; ".join(parts)
+
+
+def _shares_path(key: tuple[str, ...], loc: tuple[str, ...]) -> bool:
+    """Whether an override's key and an error's location are one path, or one lies under the other."""
+    n = min(len(key), len(loc))
+    return n > 0 and key[:n] == loc[:n]
 
 
 def _read_config_data(path: Path, chain: list[Path] | None = None) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def test_missing_corrupt_and_mismatched_adapters_are_refused_naming_them(base_di
     with pytest.raises(PopulaError, match="foreign v0.*made for base"):
         store.load(foreign)
     (foreign.path / "adapter_config.json").write_text(
-        (foreign.path / "adapter_config.json").read_text().replace(str(other_base.resolve()), str(base_dir.resolve())))
+        (foreign.path / "adapter_config.json").read_text().replace(f'"{other_base.name}"', f'"{base_dir.name}"'))
     with pytest.raises(PopulaError, match="foreign v0.*another base"):
         store.load(foreign)  # a lying config: the tensor shapes still give it away
 

@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -295,7 +296,25 @@ def test_missing_or_unreadable_model_paths_are_clear_errors(tmp_path: Path) -> N
         resolve_base_model(str(tmp_path))
     with pytest.raises(PopulaError, match="Hugging Face id"):
         resolve_base_model("not a model id")
+
+
+def test_a_hub_id_is_passed_on_when_the_hub_can_be_reached(monkeypatch) -> None:
+    monkeypatch.setattr("popula.model.hub._reachable", lambda host, port, seconds=3.0: True)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert resolve_base_model("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+def test_a_hub_id_neither_cached_nor_reachable_fails_at_once(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty hub cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    with pytest.raises(PopulaError, match="not in the local Hugging Face cache and HF_HUB_OFFLINE is set"):
+        resolve_base_model("nobody/no-such-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("popula.model.hub._reachable", lambda host, port, seconds=3.0: False)
+    with pytest.raises(PopulaError, match="cannot be reached"):
+        resolve_base_model("nobody/no-such-model")
+    assert time.monotonic() - started < 5
 
 
 def test_a_real_model_directory_gets_instruction_prompts(tmp_path: Path) -> None:

@@ -176,12 +176,37 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, output
+    assert proc.returncode == 130, output  # a script tells an interrupted run from a finished one
     assert "stopping after this step" in output
     last = read_metrics(out / "metrics.jsonl")[-1]["step"]
     assert last < 100_000
+    assert f"interrupted at step {last}; continue with: popula run configs/tiny-cpu.yaml --out {out} --resume" in output
+    assert "Traceback" not in output and "done" not in output
     # the checkpoint at exit holds the last finished step, though the schedule said every 100
     assert (out / "checkpoints" / f"step-{last:06d}").exists()
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_last_finished_step_resumes(base, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "popula", *args(base, out, 100_000, "--set=run.checkpoint_every=100")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl"):
+        assert proc.poll() is None, "the run died on its own"
+        assert time.monotonic() < deadline, "no step within 10 minutes"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)  # most likely inside the next step's play, which is then abandoned
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    last = read_metrics(out / "metrics.jsonl")[-1]["step"]
+    assert f"interrupted at step {last};" in output
+    assert (out / "checkpoints" / f"step-{last:06d}").exists()
+    assert not list((out / "checkpoints").glob(".*partial"))
+    assert main(args(base, out, last + 1, "--resume", "--set=run.checkpoint_every=100")) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, last + 2))
 
 
 def test_a_ratchet_run_logs_its_reference_tilt_and_carries_it_across_a_resume(base, tmp_path):
@@ -193,3 +218,15 @@ def test_a_ratchet_run_logs_its_reference_tilt_and_carries_it_across_a_resume(ba
     assert main(args(base, out, 2, *ratchet)) == 0
     assert main(args(base, out, 3, *ratchet, "--resume")) == 0
     assert [r["reference_tilt"] for r in read_metrics(out / "metrics.jsonl")] == [0.0, 0.5, 1.0]
+
+
+def test_run_keeps_the_checkpoints_asked_for_and_resumes_from_any_kept_step(base, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(args(base, out, 3, "--set=run.keep_checkpoints=3")) == 0
+    assert Checkpoints(out / "checkpoints").steps() == [1, 2, 3]
+    capsys.readouterr()
+    assert main(args(base, out, 2, "--set=run.keep_checkpoints=3", "--resume", "1")) == 0
+    said = capsys.readouterr().out
+    assert "resuming from step 1 replaces the checkpoints of steps 2, 3" in said and "resumed" in said
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+    assert Checkpoints(out / "checkpoints").steps() == [1, 2]

@@ -78,3 +78,18 @@ def test_a_malformed_eval_argument_or_report_is_a_clear_error(tmp_path, capsys):
     assert "bad.json: not a JSON evaluation report" in capsys.readouterr().err
     assert main(["plot"]) == 2
     assert "nothing to plot" in capsys.readouterr().err
+
+
+def test_a_short_run_is_a_visible_labelled_line_over_whole_steps(tmp_path):
+    """Three steps of a run in ./a: one opaque line named by the path given, ticks at whole steps."""
+    from popula.run.plots import _label, figure
+
+    run = fake_run(tmp_path / "a", [0.2, 0.4, 0.3])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    fig = figure({_label(run): rows}, "solve_rate")
+    ax = fig.axes[0]
+    (line,) = ax.get_lines()
+    assert line.get_label() == str(run) and (line.get_alpha() or 1.0) >= 0.5
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [str(run)]
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert ax.get_xlabel() == "step" and ax.get_ylabel()

@@ -17,10 +17,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from popula.errors import PopulaError
 from popula.lora import find_target_linears, parse_peft_key, peft_key
+from popula.permissions import follow_umask
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -41,9 +42,14 @@ class LoadedAdapter:
 
 
 def base_identity(base_path: str | os.PathLike) -> str:
-    """How a base is named in adapter_config.json: the resolved path when it is local."""
-    p = Path(base_path).expanduser()
-    return str(p.resolve()) if p.exists() else str(base_path)
+    """How a base is named in adapter_config.json: as a user knows it, never by a path of this
+    machine, so that an adapter can be shared. A local directory is named by its own name (the
+    cache's `tiny-<recipe hash>`, a registry model's `smollm2-135m`), a hub id as it is."""
+    text = str(base_path)
+    p = Path(text).expanduser()
+    if p.exists():
+        return p.resolve().name
+    return p.name if p.is_absolute() or text.startswith((".", "~")) else text
 
 
 def same_base(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -80,7 +86,10 @@ def write_adapter(directory: Path, state_dict: Mapping[str, torch.Tensor], *, ba
     LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(target_modules), lora_dropout=0.0, bias="none",
                task_type="CAUSAL_LM", base_model_name_or_path=base_identity(base_path)).save_pretrained(str(directory))
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    # serialised in memory and written with open(): the file gets the umask's mode (safetensors'
+    # own writer makes it 0600) and a full disk is an OSError, which callers report as such
+    (directory / WEIGHTS_FILE).write_bytes(save(tensors, metadata={"format": "pt"}))
+    follow_umask(directory)  # the directory too: the store writes into a mkdtemp (0700)
 
 
 def read_adapter(path: Path, *, name: str, base_path: str | os.PathLike, max_rank: int,

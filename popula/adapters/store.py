@@ -124,7 +124,7 @@ class AdapterStore:
         try:
             tmp = Path(tempfile.mkdtemp(prefix=f".{ref.name}.v{ref.version}.", dir=self.root))
             write_adapter(tmp, state_dict, base_path=self.base_path, rank=self.rank, alpha=self.alpha,
-                          target_modules=self.target_modules)
+                          target_modules=self.target_modules)  # and mkdtemp's 0700 follows the umask
             ref.path.parent.mkdir(exist_ok=True)
             if ref.path.exists():  # left by a crash after the rename but before store.json: not referenced
                 shutil.rmtree(ref.path)

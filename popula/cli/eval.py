@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popula.cli.help import add_command
 from popula.engines.registry import ENGINES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "eval",
+    parser = add_command(
+        subparsers, "eval",
+        examples=['popula tasks --n 300 --seed 1 --out heldout.jsonl', 'popula eval runs/first --tasks heldout.jsonl --samples 4', 'popula eval tiny --tasks heldout.jsonl --json > base.json'],
         help="score a run's population, one adapter, or a bare base on task records: pass@1 and pass@k per task type",
         description=(
             "Pose every task of FILE.jsonl to a model K times, judge the answers in the sandbox, and "
@@ -37,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("target", metavar="RUN_DIR|MODEL", help="a run directory, `tiny`, a model directory or an HF id")
     parser.add_argument("--tasks", required=True, metavar="FILE.jsonl",
-                        help="task records (docs/design.md § Task records), one per line")
+                        help="task records, one per line (as `popula tasks` writes them; samples/tasks.jsonl shows every field)")
     one = parser.add_mutually_exclusive_group()
     one.add_argument("--adapter", metavar="NAME",
                      help="score this one adapter or league member of the run (default: every live student); "

@@ -10,17 +10,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popula.cli.help import add_command
+from popula.cli.paths import check_out_file
 from popula.errors import PopulaError
 from popula.league import League
 from popula.league.ratings import rank_correlation
-from popula.run.metrics import read_metrics
+from popula.run.metrics import latest_heldout
 
 MIN_FOR_SPEARMAN = 3  # students with a held-out score; with two the correlation is only ever +1 or -1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "leaderboard",
+    parser = add_command(
+        subparsers, "leaderboard",
+        examples=['popula leaderboard runs/first', 'popula leaderboard runs/first --json --plot ratings.png'],
         help="show teachers and students ranked by conservative TrueSkill rating",
         description=(
             "Read RUN_DIR/league.json and print, per role, every member that ever played "
@@ -44,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         raise PopulaError(f"{args.run_dir}: no such run directory")
+    if args.plot:
+        check_out_file(args.plot, "--plot")
     league = League.load(args.run_dir / "league.json")
     rows = standings(league, latest_heldout(args.run_dir))
     spearman = heldout_spearman(rows)
@@ -59,29 +64,6 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"plot: {path}")
     return 0
-
-
-def latest_heldout(run_dir: Path) -> dict[str, dict]:
-    """Member -> its latest held-out probe in RUN_DIR/metrics.jsonl: {step, pass1, passk, tasks, samples}.
-
-    Empty when the run has no metrics.jsonl or never probed (`heldout.every` 0).
-    """
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return {}
-    try:
-        rows = read_metrics(path)
-    except (OSError, ValueError) as err:
-        raise PopulaError(f"{path}: unreadable metrics ({err})") from None
-    latest: dict[str, dict] = {}
-    for row in rows:
-        probe = row.get("heldout")
-        if not isinstance(probe, dict):
-            continue
-        for member, score in (probe.get("students") or {}).items():
-            latest[member] = {"step": row.get("step"), "pass1": score.get("pass1"), "passk": score.get("passk"),
-                              "tasks": probe.get("tasks"), "samples": probe.get("samples")}
-    return latest
 
 
 def heldout_spearman(rows: list[dict]) -> dict | None:

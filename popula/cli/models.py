@@ -15,25 +15,29 @@ from __future__ import annotations
 import argparse
 import json
 
+from popula.cli.help import ArgumentParser, add_command
 from popula.errors import PopulaError
 from popula.model import registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "models",
+    parser = add_command(
+        subparsers, "models",
+        examples=['popula models list', 'popula models fetch smollm2-135m+coldstart'],
         help="fetch and list real pretrained base models (registry, local GGUF)",
         description="Fetch a registry model into the cache (or convert a local .gguf), or list the registry.",
     )
-    sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    fetch = sub.add_parser("fetch", help="download, verify and convert a model into the cache (no-op when cached)")
+    sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True, parser_class=ArgumentParser)
+    fetch = add_command(sub, "fetch", help="download, verify and convert a model into the cache (no-op when cached)",
+                        examples=["popula models fetch smollm2-135m", "popula models fetch ./my-model.Q4_1.gguf"])
     fetch.add_argument("name", metavar="NAME|NAME+coldstart|FILE.gguf",
                        help="a registry name (see `popula models list`); NAME+coldstart: that model after Popula's "
                             "supervised warm-up on generated tasks (built once, ~15 min for smollm2-135m on 2 cores); "
                             "or a local .gguf file")
     fetch.add_argument("--force", action="store_true", help="convert again even if the cache holds the model")
     fetch.set_defaults(func=run_fetch)
-    show = sub.add_parser("list", help="registry models and whether they are cached")
+    show = add_command(sub, "list", help="registry models and whether they are cached",
+                       examples=["popula models list", "popula models list --json"])
     show.add_argument("--json", action="store_true", help="one JSON object per line")
     show.set_defaults(func=run_list)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from popula.cli.help import add_command
+from popula.cli.paths import check_out_folder
 from popula.errors import PopulaError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "plot",
+    parser = add_command(
+        subparsers, "plot",
+        examples=['popula plot runs/first', 'popula plot runs/pop runs/single --eval base=base.json --eval pop=pop.json --out figs'],
         help="draw PNG figures of solve rate, teacher reward, valid rate, complexity and held-out pass@1",
         description=(
             "Draw one PNG per measure (solve rate, teacher reward, valid rate, AST depth, "
@@ -20,8 +23,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "reports side by side (heldout_pass_at_1.png); reports measured with other settings "
             "or on other tasks are refused."
         ),
-        epilog=("example: popula plot runs/pop runs/single --eval base=base.json --eval student=pop.json "
-                "--out figs"),
     )
     parser.add_argument("run_dirs", nargs="*", type=Path, metavar="RUN_DIR")
     parser.add_argument("--eval", action="append", default=[], metavar="LABEL=REPORT.json", dest="evals",
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if len(evals) < len(pairs):
         raise PopulaError("--eval: each report needs its own LABEL (two share one)")
     out = args.out or (args.run_dirs[0] / "plots" if args.run_dirs else Path("plots"))
+    check_out_folder(out, "--out")
     # deferred: matplotlib loads only when a plot is asked for
     from popula.eval.plots import plot_reports
     from popula.run.plots import plot_runs

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from popula.cli.help import add_command
 from popula.errors import PopulaError
 from popula.model.recipe import TinyRecipe
 
@@ -31,15 +32,17 @@ SHAPE_HELP = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "pretrain",
+    parser = add_command(
+        subparsers, "pretrain",
+        examples=['popula pretrain', 'popula pretrain --out bases/wide --hidden-size 256 --steps 2000'],
         help="build the tiny base model (tokenizer, Llama model, cold-start SFT)",
         description=(
             "Build Popula's tiny base model: generate programs, run them in the sandbox, train a "
             "byte-level BPE tokenizer and a small Llama model on teacher and student examples in "
             "the compact prompt format, for a fixed number of training steps on the CPU (the same training "
-            "on any machine, about 10 minutes on 2 idle cores; bf16 builds of one recipe sample alike but are "
-            "not bit-identical). popula_tiny.json records what the build did and the model's greedy and "
+            "on any machine, half an hour or more on 2 cores; bf16 builds of one recipe sample alike but are "
+            "not bit-identical). Popula ships a build of the default recipe, which a first run installs; this "
+            "command builds from the recipe all the same. popula_tiny.json records what the build did and the model's greedy and "
             "sampled (4 answers at T=0.8) pass@1 on held-out generated tasks."
         ),
     )

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+from popula.cli.help import add_command
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "retention",
+    parser = add_command(
+        subparsers, "retention",
+        examples=['popula retention runs/first --steps 5', 'popula retention runs/first --operator gaussian --operator splice --json'],
         help="do evolution children keep their parents' reward? per operator: start level, recovery steps",
         description=(
             "For each evolution operator, make a child of the run's best student(s) by conservative "

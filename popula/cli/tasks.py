@@ -8,7 +8,10 @@ corpus never draws from, and their outputs are computed by the sandbox.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from popula.cli.help import add_command
+from popula.cli.paths import check_out_file
 from popula.errors import PopulaError
 from popula.kinds import get_kind, task_types
 from popula.records import write_jsonl
@@ -16,8 +19,9 @@ from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "tasks",
+    parser = add_command(
+        subparsers, "tasks",
+        examples=['popula tasks --n 300 --seed 1 --out heldout.jsonl', 'popula tasks --n 50 --types code_f --difficulty hard --out hard.jsonl'],
         help="write a held-out file of generated tasks (outputs by the sandbox)",
         description="Generate N valid tasks from a seed with the program generator and write them as JSONL task records.",
     )
@@ -37,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise PopulaError(f"--n must be at least 1, got {args.n}")
     if args.workers < 1:
         raise PopulaError(f"--workers must be at least 1, got {args.workers}")
+    check_out_file(Path(args.out), "--out")
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     tasks = generate_tasks(args.n, args.seed, args.difficulty, types, namespace=HELDOUT_NAMESPACE, workers=args.workers)
     write_jsonl(args.out, [t.to_json() for t in tasks])

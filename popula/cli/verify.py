@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from popula.cli.help import add_command
 from popula.errors import PopulaError
 from popula.records import RecordFault, TaskRecord, VerifyResult, json_line, scan_records, write_jsonl
 from popula.sandbox import Limits, Sandbox
@@ -24,8 +25,9 @@ _PROGRESS_FROM = 500  # records; smaller files finish before a bar is worth draw
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "verify",
+    parser = add_command(
+        subparsers, "verify",
+        examples=['popula verify samples/tasks.jsonl', 'popula verify samples/tasks.jsonl --out results.jsonl --workers 2'],
         help="validate tasks and judge answers in the sandbox",
         description=(
             "Validate the task records of a JSONL file in the sandbox (parse, policy, limits, "

@@ -26,10 +26,13 @@ from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
 from popula.eval.evaluate import EvalSettings, evaluate
 from popula.model import coldstart, registry
+from popula.model.hub import check_hub_id
 from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.recipe import TinyRecipe
+from popula.model.shipped import install_shipped
 from popula.model.registry import cache_root
 from popula.model.tokenizer import train_tokenizer
+from popula.permissions import follow_umask
 from popula.model.train import PackedBatches, native_bf16, train
 from popula.sandbox import Sandbox
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
@@ -137,6 +140,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
             print(f"popula pretrain: greedy and sampled pass@1 on {recipe.heldout_tasks} held-out tasks")
         summary["heldout"] = heldout_pass1(tmp, recipe.heldout_tasks, seed=recipe.seed, workers=workers)
     (tmp / MARKER).write_text(json.dumps(summary, indent=2) + "\n")
+    follow_umask(tmp)  # safetensors writes 0600: another account could not load the cached base
     if out.exists():
         shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -193,8 +197,8 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
             # runs started together from an empty cache (benchmarks/learning.py --jobs 2): one
             # builds, the others wait for it and then find it built
             with registry.locked(path.name, waiting=f"another process is building the tiny base {path}; waiting for it"):
-                if not (path / MARKER).is_file():
-                    build_tiny(path, recipe, progress=progress)
+                if not (path / MARKER).is_file():  # else the process this one waited for built it
+                    _install_or_build(path, recipe, progress)
         return path
     if spec in registry.MODELS:
         return registry.ensure_model(spec, progress=progress)
@@ -214,7 +218,21 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         return path
     if spec.count("/") != 1 or not all(spec.split("/")):
         raise PopulaError(f"base_model {spec!r}: expected `tiny`, a registry model ({', '.join(sorted(registry.MODELS))}, each also as NAME+coldstart), a .gguf file, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
+    check_hub_id(spec)
     return spec
+
+
+def _install_or_build(path: Path, recipe: TinyRecipe, progress: bool) -> None:
+    """Put the tiny base of `recipe` at `path`: the build shipped with Popula when it is of this
+    recipe (seconds), else a build from the recipe (half an hour or more on 2 cores)."""
+    if install_shipped(path, recipe):
+        if progress:
+            print(f"popula: installed the tiny base that ships with Popula into {path}", flush=True)
+        return
+    if progress:
+        print(f"popula: building the tiny base for recipe {recipe.digest()} (once; half an hour or more on 2 "
+              "cores: the one shipped with Popula is of another recipe)", flush=True)
+    build_tiny(path, recipe, progress=progress)
 
 
 def load_base(spec: str, *, recipe: TinyRecipe | None = None, dtype: Any = None) -> tuple[Any, Any]:

@@ -4,7 +4,8 @@ The cache is keyed by this hash, so changing any field (or the program generator
 prompt formats the corpus is written with) builds a new model instead of reusing a stale
 one. The training amount is a number of optimiser steps, not a time budget, so two
 machines build models of the same quality from the same recipe; a slower machine only
-takes longer. The defaults take about 10 minutes on 2 idle CPU cores.
+takes longer. The defaults take half an hour or more on 2 CPU cores (a build of them ships
+with Popula: popula/model/shipped.py).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from popula.errors import PopulaError
+from popula.permissions import follow_umask
 from popula.tasks.prompts import write_format
 
 MODEL_MARKER = "popula_model.json"  # written last into a converted model directory
@@ -320,6 +321,7 @@ def publish_model_dir(out: Path, write: Callable[[Path], dict[str, Any]]) -> dic
         info = write(tmp)
         info["files"] = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / MODEL_MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        follow_umask(tmp)  # safetensors writes 0600: another account could not load the cached model
         if out.exists():
             shutil.rmtree(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,8 @@ MANIFEST = "manifest.json"
 
 
 class Checkpoints:
+    """The run's checkpoints under `root`: the newest `keep` are kept (`run.keep_checkpoints`)."""
+
     def __init__(self, root: Path, keep: int = 2) -> None:
         self.root = root
         self.keep = keep
@@ -79,6 +81,14 @@ class Checkpoints:
             if actual.get(name) != expected:
                 raise PopulaError(f"{path / name}: checkpoint file is missing or corrupt (checksum mismatch)")
         return path
+
+    def discard_after(self, step: int) -> list[int]:
+        """Delete the checkpoints of steps after `step` (a resume from an earlier one replaces
+        them: they belong to a future the resumed run will not have); returns their steps."""
+        later = [s for s in self.steps() if s > step]
+        for s in later:
+            shutil.rmtree(self.root / f"step-{s:06d}")
+        return later
 
     def _prune(self) -> None:
         for step in self.steps()[: -self.keep]:

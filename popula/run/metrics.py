@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from popula.errors import PopulaError
+
 
 class MetricsLog:
     def __init__(self, run_dir: Path) -> None:
@@ -61,6 +63,29 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
                 break
             raise
     return rows
+
+
+def latest_heldout(run_dir: Path) -> dict[str, dict]:
+    """Member -> its latest held-out probe in RUN_DIR/metrics.jsonl: {step, pass1, passk, tasks, samples}.
+
+    Empty when the run has no metrics.jsonl or never probed (`heldout.every` 0).
+    """
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    try:
+        rows = read_metrics(path)
+    except (OSError, ValueError) as err:
+        raise PopulaError(f"{path}: unreadable metrics ({err})") from None
+    latest: dict[str, dict] = {}
+    for row in rows:
+        probe = row.get("heldout")
+        if not isinstance(probe, dict):
+            continue
+        for member, score in (probe.get("students") or {}).items():
+            latest[member] = {"step": row.get("step"), "pass1": score.get("pass1"), "passk": score.get("passk"),
+                              "tasks": probe.get("tasks"), "samples": probe.get("samples")}
+    return latest
 
 
 def summary_line(row: dict[str, Any]) -> str:

@@ -31,13 +31,19 @@ def _rolling_mean(values: tuple[float, ...], window: int) -> list[float]:
     return [sum(values[i - window + 1:i + 1]) / window for i in range(window - 1, len(values))]
 
 
+def _label(run_dir: Path) -> str:
+    """A run's name in the legend: its path as given (`runs/first`), which says which run it is
+    better than a last component alone (`first`, or `a` for a run in ./a)."""
+    text = str(run_dir).rstrip("/")
+    return text if text not in ("", ".") else str(run_dir.absolute().name)
+
+
 def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     """Write one PNG per measure into `out_dir`; returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     runs = {}
     for run_dir in run_dirs:
@@ -47,30 +53,42 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
         rows = read_metrics(path)
         if not rows:
             raise PopulaError(f"{path}: no finished step to plot")
-        runs[run_dir.name if run_dir.name else str(run_dir)] = rows
+        runs[_label(run_dir)] = rows
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for key, title in FIGURES.items():
-        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
-        for label, rows in runs.items():
-            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-            if points:
-                steps, values = zip(*points)
-                line, = ax.plot(steps, values, marker="o", markersize=2, linewidth=0.8, alpha=0.35)
-                if len(values) >= SMOOTH:
-                    ax.plot(steps[SMOOTH - 1:], _rolling_mean(values, SMOOTH), color=line.get_color(),
-                            linewidth=1.8, label=f"{label} ({SMOOTH}-step mean)")
-                else:
-                    line.set_label(label)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        fig.tight_layout()
+    for key in FIGURES:
+        fig = figure(runs, key)
         target = out_dir / f"{key}.png"
         fig.savefig(target)
         plt.close(fig)
         written.append(target)
     return written
+
+
+def figure(runs: dict[str, list[dict]], key: str):
+    """One measure's figure: each run's per-step values as a visible, labelled line (and their
+    rolling mean once there are enough), integer steps on the x axis."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    title = FIGURES[key]
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    for label, rows in runs.items():
+        points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        if points:
+            steps, values = zip(*points)
+            smooth = len(values) >= SMOOTH
+            line, = ax.plot(steps, values, marker="o", markersize=3, linewidth=1.2, alpha=0.55 if smooth else 1.0,
+                            label=f"{label} (each step)" if smooth else label)
+            if smooth:
+                ax.plot(steps[SMOOTH - 1:], _rolling_mean(values, SMOOTH), color=line.get_color(),
+                        linewidth=2.2, label=f"{label} ({SMOOTH}-step mean)")
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(title)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -13,6 +13,7 @@ files outside it (metrics, task log) are cut back to the checkpoint's step on re
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import random
@@ -38,7 +39,7 @@ from popula.run.checkpoint import Checkpoints
 from popula.run.metrics import MetricsLog, summary_line
 from popula.run.ratchet import DepthRatchet
 from popula.run.retention import record_early_rewards
-from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
+from popula.run.rundir import GracefulStop, check_run_dir, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
 from popula.run.workers import Workers, build_workers, reserve_workers
@@ -81,10 +82,24 @@ def starting_seats(cfg: Config) -> list[Seat]:
             + [Seat(f"S{i}", "student", f"S{i}") for i in range(p.students)])
 
 
+@dataclass(frozen=True)
+class Played:
+    """A step's play, before anything learns from it."""
+
+    step: int
+    matches: list[Any]
+    game: StepGame
+    start: float  # perf_counter at the step's start
+    play_s: float
+
+
 class PopulationRun:
     """Owns every component of a run; `train()` runs steps until done or stopped."""
 
-    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False, resume_step: int | None = None) -> None:
+        # A directory that cannot take the run is refused before anything loads or is waited for.
+        check_run_dir(run_dir, resume)
+        self.resume_step = resume_step  # None: the newest checkpoint
         # The device and dtype this machine gives `runtime` (auto -> cpu/float32 without a GPU) are
         # decided before anything loads, and written to config.yaml as resolved. A Ray run's
         # devices are its actors' (ray.engine_gpus / learner_gpus), not the driver's.
@@ -129,7 +144,7 @@ class PopulationRun:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
         self.store = AdapterStore(run_dir / "adapters", self.base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
                                   target_modules=cfg.lora.target_modules, seed=cfg.seed)
-        self.checkpoints = Checkpoints(run_dir / "checkpoints")
+        self.checkpoints = Checkpoints(run_dir / "checkpoints", keep=cfg.run.keep_checkpoints)
         self.metrics = MetricsLog(run_dir)
         t = cfg.tasks
         self.ratchet = (DepthRatchet(t.ratchet_step, t.ratchet_floor, t.ratchet_ceiling)
@@ -177,7 +192,11 @@ class PopulationRun:
         self.store.flush()  # a checkpoint's step has every adapter version it published on disk
 
         def write(d: Path) -> None:
-            torch.save(self.learner.state_dict(), d / "learner.pt")
+            # serialised in memory, then written as plain bytes: a full disk is then an OSError the
+            # checkpoint reports (torch.save onto a path raises a RuntimeError instead)
+            learner = io.BytesIO()
+            torch.save(self.learner.state_dict(), learner)
+            (d / "learner.pt").write_bytes(learner.getbuffer())
             self.league.save(d / "league.json")
             state = {
                 "step": self.step,
@@ -186,18 +205,17 @@ class PopulationRun:
             if self.ratchet is not None:
                 state["reference_tilt"] = self.buffer.tilt
             (d / "state.json").write_text(json.dumps(state, indent=1))
-            (d / "rng.pkl").write_bytes(pickle.dumps({
-                "numpy": self.rng.bit_generator.state,
-                "python": random.getstate(),
-                "torch": torch.get_rng_state(),
-            }))
+            (d / "rng.pkl").write_bytes(pickle.dumps(self._rng_state()))
 
         self.checkpoints.save(self.step, write)
 
     def _restore(self) -> int:
-        path = self.checkpoints.load()
+        path = self.checkpoints.load(self.resume_step)
         state = json.loads((path / "state.json").read_text())
         step = int(state["step"])
+        later = self.checkpoints.discard_after(step)
+        if later:
+            print(f"popula run: resuming from step {step} replaces the checkpoints of steps {', '.join(map(str, later))}")
         self.roster = Roster(state["roster"])
         if self.ratchet is not None:
             self.buffer.tilt = float(state["reference_tilt"])
@@ -208,9 +226,7 @@ class PopulationRun:
             rng = pickle.loads((path / "rng.pkl").read_bytes())
         except Exception as err:  # noqa: BLE001 - any unreadable payload is a corrupt checkpoint
             raise PopulaError(f"{path}: checkpoint cannot be restored ({err})") from err
-        self.rng.bit_generator.state = rng["numpy"]
-        random.setstate(rng["python"])
-        torch.set_rng_state(rng["torch"])
+        self._set_rng_state(rng)
         # New versions carry the checkpoint's weights, so nothing written after it is served.
         for adapter in self.roster.adapters:
             self._publish(adapter)
@@ -221,34 +237,59 @@ class PopulationRun:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def train(self) -> None:
-        """Run steps until `run.steps` or Ctrl-C, then checkpoint the last finished step.
+    def train(self) -> bool:
+        """Run steps until `run.steps` or Ctrl-C, then checkpoint the last finished step; True
+        when the run reached `run.steps`, False when Ctrl-C stopped it first.
 
         A step that raises is not checkpointed: its state is half-updated, so the newest
-        checkpoint stays the last good one and `--resume` replays the failed step.
+        checkpoint stays the last good one and `--resume` replays the failed step. A second
+        Ctrl-C during a step's play abandons the step: play changes only the random generators,
+        which are set back, so the checkpoint written then is the step before it, exactly.
         """
         with GracefulStop() as stop:
             try:
                 while self.step < self.cfg.run.steps and not stop.requested:
-                    row = self._one_step(self.step + 1)
-                    self.step += 1
-                    self.metrics.write(row)
-                    print(summary_line(row), flush=True)
-                    if self.step % self.cfg.run.checkpoint_every == 0:
+                    generators = self._rng_state()
+                    try:
+                        played = self._play(self.step + 1)
+                    except KeyboardInterrupt:
+                        self._set_rng_state(generators)
+                        break
+                    with stop.protected():  # from here the step changes the run's state: finished, not cut
+                        row = self._learn_from(played)
+                        self.step += 1
+                        self.metrics.write(row)
+                        print(summary_line(row), flush=True)
+                        if self.step % self.cfg.run.checkpoint_every == 0:
+                            self._checkpoint()
+                with stop.protected():
+                    if self.checkpoints.latest_step() != self.step:
                         self._checkpoint()
-                if self.checkpoints.latest_step() != self.step:
-                    self._checkpoint()
             finally:
                 self.close()
+        return self.step >= self.cfg.run.steps
 
-    def _one_step(self, step: int) -> dict[str, Any]:
+    def _rng_state(self) -> dict[str, Any]:
+        return {"numpy": self.rng.bit_generator.state, "python": random.getstate(), "torch": torch.get_rng_state()}
+
+    def _set_rng_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["numpy"]
+        random.setstate(state["python"])
+        torch.set_rng_state(state["torch"])
+
+    def _play(self, step: int) -> Played:
+        """The first half of a step: match, propose, judge, answer, judge. It changes nothing of
+        the run's state but the random generators, so a step stopped here can be abandoned."""
         start = time.perf_counter()
         matches = self.league.match(self.rng)
         refs: dict[str, AdapterRef] = {m: self.store.latest(a) for m, a in self.roster.adapter_of.items()}
         t0 = time.perf_counter()
         game = self.play.play(step, matches, refs, self.buffer, self.rng, self.cfg.seed)
-        play_s = time.perf_counter() - t0
+        return Played(step, matches, game, start, time.perf_counter() - t0)
 
+    def _learn_from(self, played: Played) -> dict[str, Any]:
+        """The second half of a step: update every adapter, rate the matches, evolve, measure."""
+        step, matches, game, start, play_s = played.step, played.matches, played.game, played.start, played.play_s
         t0 = time.perf_counter()
         learn = self.learner.step(self._training_samples(game))
         self.store.flush()  # the last step's background saves: a failed write stops the run here

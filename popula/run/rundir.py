@@ -32,11 +32,13 @@ import yaml
 
 from popula.config import Config
 from popula.errors import PopulaError
+from popula.run.checkpoint import Checkpoints
 
-# What a resume may change: how long the run goes on, where its workers run (on which
-# device: a run started on a CPU may go on where there is a GPU), and the held-out probe,
-# which only watches (a run trains the same with or without it: tests/test_run_e2e.py).
-RESUMABLE_KEYS = {"run.steps", "ray", "runtime", "heldout"}
+# What a resume may change: how long the run goes on and how many checkpoints it keeps, where
+# its workers run (on which device: a run started on a CPU may go on where there is a GPU), and
+# the held-out probe, which only watches (a run trains the same with or without it:
+# tests/test_run_e2e.py).
+RESUMABLE_KEYS = {"run.steps", "run.keep_checkpoints", "ray", "runtime", "heldout"}
 
 
 def _resumable(key: str) -> bool:
@@ -139,6 +141,35 @@ def _names_live_process(text: str) -> bool:
     return True
 
 
+def check_run_dir(run_dir: Path, resume: bool) -> None:
+    """Refuse at once, before any model loads or any build is waited for, a run directory that
+    cannot take this run: a file, a directory that holds a run (without --resume) or none (with
+    it), or a place this user cannot write. `prepare_run_dir` checks again under the lock."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise PopulaError(f"--out {run_dir}: exists and is not a directory; give a directory for the run")
+    has_run = (run_dir / "config.yaml").exists()
+    if resume and not has_run:
+        raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
+    if not resume and has_run:
+        raise PopulaError(f"{run_dir} already holds a run; continue it with --resume or choose another --out")
+    existing = next(p for p in [run_dir.absolute(), *run_dir.absolute().parents] if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise PopulaError(f"--out {run_dir}: cannot write in {existing}")
+
+
+def resume_point(run_dir: Path, step: int | None = None) -> int:
+    """The checkpoint step a resume of `run_dir` starts from: `step`, or the newest one."""
+    kept = Checkpoints(run_dir / "checkpoints").steps()
+    if not kept:
+        raise PopulaError(f"{run_dir}: no checkpoint to resume from")
+    if step is None:
+        return kept[-1]
+    if step not in kept:
+        raise PopulaError(f"--resume {step}: {run_dir} keeps no checkpoint of step {step} (it keeps steps "
+                          f"{', '.join(map(str, kept))}; run.keep_checkpoints sets how many it keeps)")
+    return step
+
+
 def prepare_run_dir(run_dir: Path, cfg: Config, resume: bool) -> RunDirLock:
     """Check that `run_dir` may take this run, lock it, and write the resolved config.
 
@@ -234,10 +265,14 @@ def uninterruptible() -> Iterator[None]:
 
 
 class GracefulStop:
-    """First Ctrl-C: finish the current step, checkpoint, exit. Second: stop at once."""
+    """Ctrl-C during a run. The first: finish the current step, checkpoint, exit. A second one
+    during the step's play (generating and judging, which change nothing a checkpoint holds)
+    stops at once and the run saves the step before it; during the step's update and its
+    checkpoint (`protected`) it waits for them, so the last finished step is always saved."""
 
     def __init__(self) -> None:
         self.requested = False
+        self._protected = False
         self._previous: Any = None
 
     def __enter__(self) -> "GracefulStop":
@@ -245,10 +280,24 @@ class GracefulStop:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        # once a stop was asked for, the process is on its way out with the step saved: a later
+        # Ctrl-C has nothing left to stop, and would only turn exit code 130 into a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
+
+    @contextmanager
+    def protected(self) -> Iterator[None]:
+        """A section a second Ctrl-C does not cut short (updating the state, writing the checkpoint)."""
+        self._protected = True
+        try:
+            yield
+        finally:
+            self._protected = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:
+        if not self.requested:
+            self.requested = True
+            print("\npopula: stopping after this step (Ctrl-C again to stop sooner)", flush=True)
+        elif self._protected:
+            print("\npopula: saving this step first; it takes a moment", flush=True)
+        else:
             raise KeyboardInterrupt
-        self.requested = True
-        print("\npopula: stopping after this step (Ctrl-C again to stop now)", flush=True)
