@@ -38,6 +38,7 @@ from popula.errors import PopulaError
 from popula.kinds import task_types
 from popula.records import TaskRecord
 from popula.sandbox import SandboxPool
+from popula.seeds import EVAL, derive_seed
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 GREEDY_TEMPERATURE = 0.0  # default for one sample per task
@@ -290,7 +291,7 @@ def evaluate_adapters(engine: Engine, tokenizer: Any, records: Sequence[TaskReco
         room = max_tokens if context is None else min(max_tokens, context - len(ids))
         if room < min(_MIN_ANSWER_TOKENS, max_tokens):
             continue
-        posed.append((i, ids, room, (settings.seed * 1_000_003 + i) % (2**31 - 1)))
+        posed.append((i, ids, room, derive_seed(settings.seed, EVAL, index=i)))
     not_attempted = len(tasks) - len(posed)
     if not_attempted and log is not None:
         log(f"{not_attempted} task(s) have prompts too long for the model's {context} positions; scored as failures")

@@ -42,6 +42,7 @@ from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
 from popula.run.workers import Workers, build_workers, reserve_workers
+from popula.seeds import SEED_TASKS, derive_seed
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -167,7 +168,7 @@ class PopulationRun:
             self.workers.bind(ref, adapter)
         # The buffer starts from generated seed tasks; a seed offset keeps them apart from
         # the held-out sets `popula tasks` writes.
-        seeds = generate_tasks(cfg.tasks.seed_tasks, seed=cfg.seed + 10_000, types=cfg.tasks.types,
+        seeds = generate_tasks(cfg.tasks.seed_tasks, seed=derive_seed(cfg.seed, SEED_TASKS), types=cfg.tasks.types,
                                namespace="seed", workers=cfg.sandbox.workers)
         self.buffer.add(seeds, step=0, teacher=SEED_TEACHER, rhos=[None] * len(seeds))
         self.league.save(self.run_dir / "league.json")

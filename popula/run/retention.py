@@ -56,6 +56,7 @@ from popula.rewards import student_reward
 from popula.run.builders import build_engine, build_learner, build_sandbox, runtime_of
 from popula.run.selfplay import StepGame
 from popula.run.targets import run_adapter
+from popula.seeds import RETENTION, derive_seed
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -362,7 +363,7 @@ class _Bench:
         prompts = self.train_prompts
         requests = [GenerationRequest(prompt_ids=ids, adapter=ref, n=g.rollouts, temperature=g.temperature,
                                       top_p=g.top_p, max_tokens=self._room(ids),
-                                      seed=_train_seed(self.settings.seed, step, i), stop_token_ids=self.stops)
+                                      seed=derive_seed(self.settings.seed, RETENTION, step, i), stop_token_ids=self.stops)
                     for i, ids in enumerate(prompts)]
         results = self.engine.generate(requests)
         answers = [[self.fmt.parse_answer(s.text, t.type) for s in r.samples]
@@ -385,8 +386,4 @@ class _Bench:
         if name in self.learner.adapters:
             self.learner.remove_adapter(name)
 
-
-def _train_seed(seed: int, step: int, index: int) -> int:
-    """Sampling seed of training request `index` at update `step`: fresh each step, equal across operators."""
-    return (seed * 1_000_003 + (step + 1) * 7_919 + 52_361 + index) % (2**31 - 1)
 
