@@ -12,7 +12,7 @@ from pathlib import Path
 
 from popula.errors import PopulaError
 from popula.league import League
-from popula.league.ratings import rank_correlation
+from popula.eval.correlation import rank_correlation
 from popula.run.metrics import read_metrics
 
 MIN_FOR_SPEARMAN = 3  # students with a held-out score; with two the correlation is only ever +1 or -1

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from popula.errors import PopulaError
 from popula.eval.evaluate import EvalReport, GroupScore
 from popula.eval.paired import PairedDifference, paired_difference
-from popula.league.ratings import rank_correlation
+from popula.eval.correlation import rank_correlation
 
 MIN_FOR_SPEARMAN = 3  # a rank correlation of two members is +1 or -1 and says nothing
 
