@@ -30,9 +30,10 @@ from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
 from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, encode_prompt, evaluate, evaluate_adapters,
                                   judge, pass_at_k, prepare_tasks, summarize)
+from popula.eval.correlation import rank_correlation
 from popula.eval.population import MemberEval, population_report
+from popula.kinds import task_types
 from popula.league import League
-from popula.league.ratings import rank_correlation
 from popula.lora import peft_key
 from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
@@ -470,7 +471,7 @@ def test_a_run_dir_reports_every_live_student_with_mean_weakest_strongest_and_th
     # the summary is the members' own figures
     for key in ("pass_at_1", "pass_at_k", "answered_rate"):
         assert data["mean"]["overall"][key] == pytest.approx(sum(m["overall"][key] for m in members.values()) / 3)
-    for t in ("code_o", "code_i", "code_f"):
+    for t in data["mean"]["by_type"]:
         assert data["mean"]["by_type"][t]["pass_at_1"] == \
             pytest.approx(sum(m["by_type"][t]["pass_at_1"] for m in members.values()) / 3)
     pass1 = {name: m["overall"]["pass_at_1"] for name, m in members.items()}
@@ -513,7 +514,7 @@ def test_the_population_table_names_each_member_the_mean_and_the_picks(populatio
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "3 live student(s)" in lines[0]
-    assert lines[1].split() == ["overall", "code_o", "code_i", "code_f"]
+    assert lines[1].split() == ["overall", *task_types()]
     assert lines[2].split()[:7] == ["member", "mu-3sd", "rank", "pass@1", "pass@1", "pass@1", "pass@1"]
     rows = {line.split()[0]: line.split() for line in lines[3:7]}
     assert list(rows) == ["S_blind", "S_a", "S_b", "mean"]

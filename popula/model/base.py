@@ -71,7 +71,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         random.Random(recipe.seed),
         recipe.max_references,
         recipe.teacher_share,
-        student_mix=dict(zip(ExampleSampler.STUDENT_TYPES, recipe.student_mix)),
+        student_mix=recipe.student_mix(),
         short_power=recipe.short_power,
         proposal_power=recipe.proposal_power,
         reference_depth_window=recipe.reference_depth_window,
