@@ -261,7 +261,7 @@ class HeldoutSection(_Section):
 
 
 class RaySection(_Section):
-    """Where the workers run when the run is spread over a Ray cluster (popula.run.ray_workers)."""
+    """Where the workers run when the run is spread over a Ray cluster (popula.run.parts.ray.workers)."""
 
     enabled: bool = Field(False, description="run engines, sandboxes and learner as Ray actors")
     address: str | None = Field(

@@ -37,7 +37,7 @@ from popula.league import League
 from popula.lora import peft_key
 from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
-from popula.run.targets import run_adapter
+from popula.apps.targets import run_adapter
 from popula.sandbox import Sandbox
 from popula.tasks.prompts import CompactFormat
 
@@ -364,7 +364,7 @@ def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
 @pytest.mark.vllm
 def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_path):
     pytest.importorskip("vllm")
-    from popula.run.targets import evaluate_target
+    from popula.apps.targets import evaluate_target
 
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     via = {kind: evaluate_target(str(run_dir), tasks, engine=kind, workers=1) for kind in ("torch", "vllm")}

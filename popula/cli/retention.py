@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
-    from popula.run.retention import RetentionSettings, format_report, measure_run
+    from popula.apps.retention import RetentionSettings, format_report, measure_run
 
     settings = RetentionSettings(operators=tuple(args.operators) if args.operators else None, steps=args.steps,
                                  tasks=args.tasks, train_tasks=args.train_tasks, samples=args.samples,

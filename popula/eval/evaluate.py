@@ -13,7 +13,7 @@ The pieces are separate so each can be used (and tested) alone:
 - `evaluate`: the whole loop on an engine that is already loaded (what the run loop and
   benchmarks/learning.py call, sharing their engine and sandbox); `evaluate_adapters`, the
   same for several adapters in one generate call (`popula eval RUN_DIR`'s population report).
-- `popula.run.targets` (`resolve_target`, `evaluate_target`): what `popula eval
+- `popula.apps.targets` (`resolve_target`, `evaluate_target`): what `popula eval
   RUN_DIR|MODEL` needs on top: which base, engine and adapter a run directory or a model
   spec means. It sits above the run's builders; this package sits below the run loop.
 

@@ -33,15 +33,15 @@ from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
-from popula.run.builders import context_of
 from popula.run.checkpoint import Checkpoints
+from popula.run.early_rewards import record_early_rewards
 from popula.run.metrics import MetricsLog, summary_line
+from popula.run.parts.builders import context_of
+from popula.run.parts.workers import Workers, build_workers, reserve_workers
 from popula.run.ratchet import DepthRatchet
-from popula.run.retention import record_early_rewards
 from popula.run.rundir import GracefulStop, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
-from popula.run.workers import Workers, build_workers, reserve_workers
 from popula.seeds import SEED_TASKS, derive_seed
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids

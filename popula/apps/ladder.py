@@ -33,7 +33,7 @@ from popula.eval.evaluate import encode_prompt
 from popula.learner import Rollout
 from popula.records import TaskRecord
 from popula.rewards import solve_rate, student_reward, teacher_reward
-from popula.run.builders import build_learner
+from popula.run.parts.builders import build_learner
 from popula.runtime import Runtime
 from popula.sandbox import SandboxPool
 from popula.seeds import LADDER, derive_seed
