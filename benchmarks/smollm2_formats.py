@@ -30,10 +30,11 @@ from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
 
-from popula.eval.evaluate import encode_prompt, pass_at_k  # noqa: E402
+from popula.eval.evaluate import pass_at_k  # noqa: E402
 from popula.kinds import task_types  # noqa: E402
 from popula.records import TaskRecord, parse_record  # noqa: E402
 from popula.seeds import STUDENT, TEACHER, derive_seed  # noqa: E402
+from popula.tasks.encoding import encode_prompt  # noqa: E402
 from popula.tasks.prompts import prompt_format, stop_token_ids  # noqa: E402
 
 

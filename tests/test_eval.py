@@ -26,9 +26,10 @@ import torch
 import popula.cli
 from conftest import memorising_base
 from popula.adapters import AdapterStore
+from popula.apps.targets import run_adapter
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, encode_prompt, evaluate, evaluate_adapters,
+from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, evaluate, evaluate_adapters,
                                   judge, pass_at_k, prepare_tasks, summarize)
 from popula.eval.correlation import rank_correlation
 from popula.eval.population import MemberEval, population_report
@@ -37,8 +38,8 @@ from popula.league import League
 from popula.lora import peft_key
 from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
-from popula.apps.targets import run_adapter
 from popula.sandbox import Sandbox
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import CompactFormat
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # every test here trains or samples a small model

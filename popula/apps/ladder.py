@@ -29,7 +29,6 @@ import numpy as np
 from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest
-from popula.eval.evaluate import encode_prompt
 from popula.learner import Rollout
 from popula.records import TaskRecord
 from popula.rewards import solve_rate, student_reward, teacher_reward
@@ -37,6 +36,7 @@ from popula.run.parts.builders import build_learner
 from popula.runtime import Runtime
 from popula.sandbox import SandboxPool
 from popula.seeds import LADDER, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 

@@ -47,13 +47,14 @@ from popula.apps.targets import run_adapter
 from popula.config import load_config
 from popula.engines.base import GenerationRequest
 from popula.errors import PopulaError
-from popula.eval.evaluate import EvalSettings, context_limit, encode_prompt, evaluate, judge
+from popula.eval.evaluate import EvalSettings, context_limit, evaluate, judge
 from popula.league import League
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.rewards import student_reward
 from popula.run.parts.builders import build_engine, build_learner, build_sandbox, runtime_of
 from popula.seeds import RETENTION, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 

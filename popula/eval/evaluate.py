@@ -39,6 +39,7 @@ from popula.kinds import task_types
 from popula.records import TaskRecord
 from popula.sandbox import SandboxPool
 from popula.seeds import EVAL, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 GREEDY_TEMPERATURE = 0.0  # default for one sample per task
@@ -181,19 +182,6 @@ def judge(tasks: Sequence[TaskRecord], answers: Sequence[Sequence[str | None]], 
 
 # ---------------------------------------------------------------------------------------------
 # Generation
-
-
-def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """Prompt ids as the base saw them in training: BOS (when the tokenizer has one) then the text.
-
-    The tiny base was trained with `<|end|>` (its BOS and EOS) before every prompt; a chat
-    template that already starts with the BOS text does not get a second one.
-    """
-    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    bos = tokenizer.bos_token_id
-    if bos is None or (tokenizer.bos_token and text.startswith(tokenizer.bos_token)):
-        return ids
-    return [bos] + ids
 
 
 @dataclass(frozen=True)

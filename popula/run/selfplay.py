@@ -21,7 +21,6 @@ from popula.adapters import AdapterRef
 from popula.complexity import written_multiline
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest, Sample
-from popula.eval.evaluate import encode_prompt
 from popula.league import Match, TaskResult
 from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult
@@ -29,6 +28,7 @@ from popula.rewards import INVALID_TASK_REWARD, shared_teacher_reward, solve_rat
 from popula.run.buffer import TaskBuffer, task_depth
 from popula.sandbox import SandboxPool
 from popula.seeds import STUDENT, TEACHER, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import PromptFormat
 
 
