@@ -228,3 +228,26 @@ def test_the_run_loop_stands_on_its_parts_and_imports_no_offline_application():
     below = [f"{i.source}:{i.line} -> {i.target}" for i in IMPORTS if _within(i.source, "popula.eval")
              and (_within(i.target, "popula.run") or _within(i.target, OFFLINE))]
     assert not below, f"popula/eval/, below the loop, imports the loop or an application: {below}"
+
+
+def test_the_layers_architecture_md_draws_are_the_imports():
+    """ARCHITECTURE.md § Layers: each line imports only from lines below it."""
+    import re
+
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    level: dict[str, int] = {}
+    lines = [line.split("  ")[0] for line in block.strip().splitlines()]
+    for i, line in enumerate(reversed(lines)):
+        for name in re.findall(r"\b(popula/\w+|evolution|benchmarks)", line):
+            level.setdefault(name.replace("/", "."), i)
+
+    def part(module: str) -> str:
+        return "benchmarks" if module.startswith("benchmarks") else _part(module)
+
+    parts = {part(m) for m in MODULES} - {"popula", "popula.__main__"}
+    assert parts <= set(level), f"parts the layers leave out: {sorted(parts - set(level))}"
+    wrong = sorted({f"{i.source} -> {i.target}" for i in IMPORTS
+                    if part(i.source) in level and part(i.target) in level and part(i.source) != part(i.target)
+                    and level[part(i.target)] >= level[part(i.source)]})
+    assert not wrong, f"imports that do not run down the layers: {wrong}"
