@@ -549,8 +549,9 @@ def test_population_summary_breaks_ties_and_leaves_out_what_too_few_members_cann
     def member(name, conservative, corrects):
         scores = [TaskScore(f"t{i}", "code_o", 2, 2, c) for i, c in enumerate(corrects)]
         overall, by_type = summarize(scores, 2)
-        report = EvalReport("run", name, "torch", 2, 2, 0.8, 1.0, 16, "t.jsonl", 3, {}, 0, overall, by_type,
-                            per_task=scores)
+        report = EvalReport(model="run", adapter=name, engine="torch", samples=2, k=2, temperature=0.8, top_p=1.0,
+                            max_tokens=16, tasks_file="t.jsonl", tasks_in_file=3, skipped={}, not_attempted=0,
+                            overall=overall, by_type=by_type, per_task=scores)
         return MemberEval(name, conservative + 6.0, 2.0, conservative, report)
 
     two = population_report([member("B", 1.0, [2, 0, 1]), member("A", 5.0, [1, 1, 1])], model="run", engine="torch")

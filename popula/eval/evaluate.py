@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -91,11 +91,11 @@ class GroupScore:
 
 
 @dataclass
-class EvalReport:
-    """What `popula eval --json` prints: one object, stable keys."""
+class Measurement:
+    """How tasks were measured: the model and engine, the sampling, the task file. What one
+    model's report and a population's share (`EvalReport`, `popula.eval.population.PopulationReport`)."""
 
     model: str
-    adapter: str | None
     engine: str
     samples: int
     k: int
@@ -106,13 +106,25 @@ class EvalReport:
     tasks_in_file: int
     skipped: dict[str, int]  # invalid tasks (by sandbox reason) that were not evaluated
     not_attempted: int  # valid tasks whose prompt did not fit the context (scored as failures)
+
+    def measurement(self) -> dict[str, Any]:
+        """These fields alone, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(Measurement)}
+
+
+@dataclass(kw_only=True)
+class EvalReport(Measurement):
+    """What `popula eval --json` prints: one object, stable keys."""
+
+    adapter: str | None
     overall: GroupScore
     by_type: dict[str, GroupScore]
     wall_s: float = 0.0  # outputs, generation and judging, not model loading
     per_task: list[TaskScore] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        return {"model": data.pop("model"), "adapter": data.pop("adapter"), **data}
 
 
 def summarize(scores: Sequence[TaskScore], k: int) -> tuple[GroupScore, dict[str, GroupScore]]:
