@@ -6,7 +6,7 @@ Why: a change of settings is judged against the same seeds' runs of the other se
 held-out tasks, not against numbers from another table. Each folder holds what learning.py writes
 (`<label>-s<seed>/` runs and `scores/<label>-s<seed>-<adapter>.json` reports); a folder of bare
 `popula run` directories with such a `scores/` folder works as well. For each label and seed the
-model is the run's best student by conservative rating (`popula.run.targets.best_student`, as
+model is the run's best student by conservative rating (`popula.apps.targets.best_student`, as
 learning.py picks it: the single agent's one adapter, the population's top-rated live student).
 Printed for each label: pass@1 and pass@k of A minus B (`popula.eval.paired`: the mean per-task
 difference, its standard error over tasks and its spread over seeds), and of each against the bare
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.errors import PopulaError  # noqa: E402
 from popula.eval.paired import PairedDifference, paired_difference, per_task_pass1, per_task_pass_at_k  # noqa: E402
-from popula.run.targets import best_student  # noqa: E402
+from popula.apps.targets import best_student  # noqa: E402
 
 METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
 

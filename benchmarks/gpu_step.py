@@ -3,7 +3,7 @@
 What it answers (issue 16): on the hardware a user has -- one GPU, or a CPU -- what does a
 self-play step of a population cost next to a single agent doing the same work, phase by
 phase, and how much memory does it hold? Both sides are built the way `popula run` builds
-them (`popula.run.workers`: one base in memory, the torch engine generating with the
+them (`popula.run.parts.workers`: one base in memory, the torch engine generating with the
 learner's own model and adapter tensors, device and dtype from the `runtime` resolution:
 bf16 on a GPU that supports it, fp32 on a CPU), and play the step of
 `benchmarks/population_overhead.py`: teacher proposals and student rollouts (generate),

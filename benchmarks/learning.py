@@ -53,7 +53,7 @@ from popula.eval.paired import PairedDifference, mean_report, paired_difference,
 from popula.league import League  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
-from popula.run.targets import best_student  # noqa: E402
+from popula.apps.targets import best_student  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ adapter proposing against the bare base as its student, trained with the teacher
 its valid rate per step. Rung `transfer`: a fresh student trained on `--tasks` new generated
 tasks at every step (the generator's own distribution as its curriculum, a namespace no
 base corpus or held-out set uses); its solve rate on each step's unseen tasks. All use the
-config's learner, generation and LoRA settings and the run's own parts (`popula.run.ladder`).
+config's learner, generation and LoRA settings and the run's own parts (`popula.apps.ladder`).
 
 With `--heldout` (e.g. `popula tasks --n 300 --seed 987654`), each student rung's trained
 adapter and the bare base are scored on those tasks with the settings `benchmarks/learning.py`
@@ -43,9 +43,9 @@ from popula.eval.evaluate import EvalSettings  # noqa: E402
 from popula.eval.paired import paired_difference  # noqa: E402
 from popula.eval.plots import pass_at_1_with_error  # noqa: E402
 from popula.model.base import resolve_base_model  # noqa: E402
-from popula.run.builders import build_engine, build_sandbox, runtime_of  # noqa: E402
-from popula.run.ladder import Ladder  # noqa: E402
-from popula.run.targets import evaluate_target  # noqa: E402
+from popula.run.parts.builders import build_engine, build_sandbox, runtime_of  # noqa: E402
+from popula.apps.ladder import Ladder  # noqa: E402
+from popula.apps.targets import evaluate_target  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -66,7 +66,7 @@ from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.learner import PopulationLearner, Rollout
 from popula.rewards import solve_rate, student_reward, teacher_reward
-from popula.run.builders import build_engine, build_learner
+from popula.run.parts.builders import build_engine, build_learner
 from popula.runtime import Runtime
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
@@ -136,7 +136,7 @@ class PublishingStore:
 
 def make_side(name: str, teachers: list[str], students: list[str], base: Path, root: Path,
               lora: LoraConfig, cfg: LearnerConfig, runtime: Runtime | None = None) -> Side:
-    """One side built as `popula run` builds its stack (popula.run.workers): the torch engine
+    """One side built as `popula run` builds its stack (popula.run.parts.workers): the torch engine
     generates with the learner's model (one base), on the runtime's device and dtype."""
     adapters = sorted(set(teachers) | set(students))
     runtime = runtime or Runtime("cpu", "float32")

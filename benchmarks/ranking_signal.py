@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.eval.paired import per_task_pass1  # noqa: E402
-from popula.league.ratings import rank_correlation  # noqa: E402
+from popula.eval.correlation import rank_correlation  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 

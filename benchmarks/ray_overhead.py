@@ -10,7 +10,7 @@ interleaved round by round so a busy shared machine slows all alike:
 - single: one adapter in both roles, in this process;
 - population: 4 teachers + 4 students, in this process;
 - ray: the same population, its engine, sandbox and learner as Ray actors (proxies from
-  `popula.run.ray_workers`) on a local cluster this script starts.
+  `popula.run.parts.ray.workers`) on a local cluster this script starts.
 
 Ray's share is measured, not inferred: each proxy records per call the wall time from
 submit to result and the time the actor itself worked, so `call - busy` is serialisation,
@@ -43,7 +43,7 @@ import population_overhead as po  # noqa: E402
 
 from popula.adapters import AdapterStore  # noqa: E402
 from popula.config import LearnerConfig, LoraConfig, load_config  # noqa: E402
-from popula.run.ray_workers import build_ray  # noqa: E402
+from popula.run.parts.ray.workers import build_ray  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
 

@@ -30,9 +30,11 @@ from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
 
-from popula.eval.evaluate import encode_prompt, pass_at_k  # noqa: E402
+from popula.eval.evaluate import pass_at_k  # noqa: E402
 from popula.kinds import task_types  # noqa: E402
 from popula.records import TaskRecord, parse_record  # noqa: E402
+from popula.seeds import STUDENT, TEACHER, derive_seed  # noqa: E402
+from popula.tasks.encoding import encode_prompt  # noqa: E402
 from popula.tasks.prompts import prompt_format, stop_token_ids  # noqa: E402
 
 
@@ -65,7 +67,7 @@ def generate(args: argparse.Namespace) -> list[dict]:
     rows, reqs = [], []
     for i, task in enumerate(tasks):
         reqs.append(GenerationRequest(prompt_ids=encode_prompt(tok, fmt.student_prompt(task)), n=args.samples,
-                                      temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed * 7919 + i,
+                                      temperature=args.temperature, max_tokens=args.max_tokens, seed=derive_seed(args.seed, STUDENT, index=i),
                                       stop_token_ids=stops))
         rows.append({"kind": "student", "type": task.type, "task": task.to_json()})
     pool = load_tasks(args.tasks)
@@ -75,7 +77,7 @@ def generate(args: argparse.Namespace) -> list[dict]:
             refs = rng.sample(of_type, min(args.references, len(of_type)))
             reqs.append(GenerationRequest(prompt_ids=encode_prompt(tok, fmt.teacher_prompt(t_type, refs)), n=1,
                                           temperature=args.teacher_temperature, max_tokens=args.teacher_max_tokens,
-                                          seed=args.seed * 104729 + j, stop_token_ids=stops))
+                                          seed=derive_seed(args.seed, TEACHER, index=j), stop_token_ids=stops))
             rows.append({"kind": "teacher", "type": t_type})
     start = time.perf_counter()
     results = engine.generate(reqs, progress=True)

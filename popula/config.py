@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from popula.engines.registry import DEFAULT_ENGINE, ENGINES
 from popula.errors import PopulaError
-from popula.kinds import task_types
+from popula.kinds import default_types, task_types
 from popula.league.schema import LeagueConfig
 from popula.rewards import INVALID_TASK_REWARD
 from popula.runtime import DEVICE_PATTERN, resolve_runtime
@@ -62,8 +62,8 @@ class LoraConfig(_Section):
 
 class TasksConfig(_Section):
     types: list[str] = Field(
-        default_factory=lambda: list(task_types()), min_length=1,
-        description="task kinds the teachers propose, each a registered one (popula/kinds)"
+        default_factory=lambda: list(default_types()), min_length=1,
+        description="task kinds the teachers propose, each a registered one (popula/kinds; default: those that declare `default`)"
     )
     proposals_per_type: int = Field(4, ge=1, description="proposals per teacher per type per step")
     references: int = Field(6, ge=0, description="K reference tasks shown to a proposing teacher")
@@ -262,7 +262,7 @@ class HeldoutSection(_Section):
 
 
 class RaySection(_Section):
-    """Where the workers run when the run is spread over a Ray cluster (popula.run.ray_workers)."""
+    """Where the workers run when the run is spread over a Ray cluster (popula.run.parts.ray.workers)."""
 
     enabled: bool = Field(False, description="run engines, sandboxes and learner as Ray actors")
     address: str | None = Field(

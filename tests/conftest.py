@@ -72,7 +72,7 @@ def answer_batch(tokenizer, examples):
 
     `examples` are (prompt text, completion text) pairs; only completion tokens carry labels.
     """
-    from popula.eval.evaluate import encode_prompt
+    from popula.tasks.encoding import encode_prompt
 
     rows = []
     for prompt, completion in examples:

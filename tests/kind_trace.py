@@ -23,6 +23,8 @@ class CodeTrace(CodeOutput):
     instruct_question = "Trace this call of a Python function."
     instruct_ask = "Trace it step by step, then give what it returns as a Python literal in <answer></answer>."
     direct_ask = "Reply with only the returned value, as a Python literal, in <answer></answer>. No explanation."
+    default = False  # a test's kind: in a config or a corpus only where named
+    corpus_share = {"tiny": 0.1}  # the tiny base's corpus, when a recipe names it
 
     def compact_shown(self, task: TaskRecord) -> str:
         return f">>> trace f({task.inputs[0]})"

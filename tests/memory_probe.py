@@ -33,8 +33,8 @@ def main(base: str, mode: str) -> None:
     from popula.config import Config
     from popula.engines.base import GenerationRequest
     from popula.learner import Rollout
-    from popula.run.builders import build_engine, build_learner, runtime_of
-    from popula.run.workers import build_local
+    from popula.run.parts.builders import build_engine, build_learner, runtime_of
+    from popula.run.parts.workers import build_local
 
     torch.set_num_threads(1)
     cfg = Config.model_validate({"base_model": base, "population": {"teachers": 1, "students": 1},

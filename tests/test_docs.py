@@ -48,3 +48,13 @@ def test_nothing_cites_the_design_by_number_any_more():
     stale = [f"{path.relative_to(ROOT)}:{n}" for path in _tracked_text_files()
              for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bDESIGN \d", line)]
     assert not stale, stale
+
+
+def test_every_file_the_architecture_map_names_exists():
+    """ARCHITECTURE.md's map names files by path (`popula/run/parts/builders.py`, `tests/kind_trace.py`);
+    a file moved without the map following would send a reader to nothing."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    named = set(re.findall(r"\b((?:popula|evolution|tests|benchmarks|configs|docs)/[\w/.-]*\.(?:py|yaml|md))", text))
+    assert named, "the map names no files"
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"ARCHITECTURE.md names files that do not exist: {missing}"

@@ -26,8 +26,8 @@ from popula.config import Config, load_config
 from popula.engines import ENGINES, EngineArgs, EngineSpec, SharedWeights, engine_spec
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
-from popula.run.builders import build_engine, context_of
-from popula.run.workers import build_local
+from popula.run.parts.builders import build_engine, context_of
+from popula.run.parts.workers import build_local
 
 ROOT = Path(__file__).resolve().parent.parent
 

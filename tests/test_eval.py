@@ -26,18 +26,20 @@ import torch
 import popula.cli
 from conftest import memorising_base
 from popula.adapters import AdapterStore
+from popula.apps.targets import run_adapter
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, encode_prompt, evaluate, evaluate_adapters,
+from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, evaluate, evaluate_adapters,
                                   judge, pass_at_k, prepare_tasks, summarize)
+from popula.eval.correlation import rank_correlation
 from popula.eval.population import MemberEval, population_report
+from popula.kinds import task_types
 from popula.league import League
-from popula.league.ratings import rank_correlation
 from popula.lora import peft_key
 from popula.model.tokenizer import train_tokenizer
 from popula.records import TaskRecord
-from popula.run.targets import run_adapter
 from popula.sandbox import Sandbox
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import CompactFormat
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # every test here trains or samples a small model
@@ -363,7 +365,7 @@ def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
 @pytest.mark.vllm
 def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_path):
     pytest.importorskip("vllm")
-    from popula.run.targets import evaluate_target
+    from popula.apps.targets import evaluate_target
 
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     via = {kind: evaluate_target(str(run_dir), tasks, engine=kind, workers=1) for kind in ("torch", "vllm")}
@@ -470,7 +472,7 @@ def test_a_run_dir_reports_every_live_student_with_mean_weakest_strongest_and_th
     # the summary is the members' own figures
     for key in ("pass_at_1", "pass_at_k", "answered_rate"):
         assert data["mean"]["overall"][key] == pytest.approx(sum(m["overall"][key] for m in members.values()) / 3)
-    for t in ("code_o", "code_i", "code_f"):
+    for t in data["mean"]["by_type"]:
         assert data["mean"]["by_type"][t]["pass_at_1"] == \
             pytest.approx(sum(m["by_type"][t]["pass_at_1"] for m in members.values()) / 3)
     pass1 = {name: m["overall"]["pass_at_1"] for name, m in members.items()}
@@ -513,7 +515,7 @@ def test_the_population_table_names_each_member_the_mean_and_the_picks(populatio
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "3 live student(s)" in lines[0]
-    assert lines[1].split() == ["overall", "code_o", "code_i", "code_f"]
+    assert lines[1].split() == ["overall", *task_types()]
     assert lines[2].split()[:7] == ["member", "mu-3sd", "rank", "pass@1", "pass@1", "pass@1", "pass@1"]
     rows = {line.split()[0]: line.split() for line in lines[3:7]}
     assert list(rows) == ["S_blind", "S_a", "S_b", "mean"]
@@ -547,8 +549,9 @@ def test_population_summary_breaks_ties_and_leaves_out_what_too_few_members_cann
     def member(name, conservative, corrects):
         scores = [TaskScore(f"t{i}", "code_o", 2, 2, c) for i, c in enumerate(corrects)]
         overall, by_type = summarize(scores, 2)
-        report = EvalReport("run", name, "torch", 2, 2, 0.8, 1.0, 16, "t.jsonl", 3, {}, 0, overall, by_type,
-                            per_task=scores)
+        report = EvalReport(model="run", adapter=name, engine="torch", samples=2, k=2, temperature=0.8, top_p=1.0,
+                            max_tokens=16, tasks_file="t.jsonl", tasks_in_file=3, skipped={}, not_attempted=0,
+                            overall=overall, by_type=by_type, per_task=scores)
         return MemberEval(name, conservative + 6.0, 2.0, conservative, report)
 
     two = population_report([member("B", 1.0, [2, 0, 1]), member("A", 5.0, [1, 1, 1])], model="run", engine="torch")

@@ -164,7 +164,7 @@ def test_the_ast_reading_sees_known_imports():
     pairs = {(i.source, i.target) for i in IMPORTS}
     assert ("popula.run.population", "evolution") in pairs
     assert ("popula.run.population", "popula.league") in pairs
-    assert ("popula.run.builders", "popula.learner") in pairs  # a function-level one
+    assert ("popula.run.parts.builders", "popula.learner") in pairs  # a function-level one
     assert ("popula.engines.registry", "popula.engines.torch_engine") in pairs  # by its import path
     assert ("benchmarks.ray_overhead", "benchmarks.population_overhead") in pairs
     assert len(MODULES) > 80
@@ -206,3 +206,48 @@ def test_project_modules_are_imported_inside_functions_only_on_purpose():
         if DEFERRED not in lines[i.line - 1] and not (above >= 0 and lines[above].strip().startswith(DEFERRED)):
             unexplained.append(f"{MODULES[i.source][0].relative_to(ROOT)}:{i.line} imports {i.target}")
     assert not unexplained, f"function-level imports without a `{DEFERRED} <why>` comment: {unexplained}"
+
+
+OFFLINE = "popula.apps"  # the offline applications: popula eval's targets, popula retention, the ladder
+PARTS = "popula.run.parts"  # what the loop is built from and placed with
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_run_loop_stands_on_its_parts_and_imports_no_offline_application():
+    loop = [i for i in IMPORTS if _within(i.source, "popula.run") and not _within(i.source, PARTS)]
+    assert loop, "the loop's imports were not read"
+    wrong = [f"{i.source}:{i.line} -> {i.target}" for i in loop if _within(i.target, OFFLINE)]
+    assert not wrong, f"the run loop imports an offline application: {wrong}"
+    upward = [f"{i.source}:{i.line} -> {i.target}" for i in IMPORTS if _within(i.source, PARTS)
+              and (_within(i.target, "popula.run") and not _within(i.target, PARTS) and i.target != "popula.run"
+                   or _within(i.target, OFFLINE))]
+    assert not upward, f"the loop's parts import the loop or an application above it: {upward}"
+    below = [f"{i.source}:{i.line} -> {i.target}" for i in IMPORTS if _within(i.source, "popula.eval")
+             and (_within(i.target, "popula.run") or _within(i.target, OFFLINE))]
+    assert not below, f"popula/eval/, below the loop, imports the loop or an application: {below}"
+
+
+def test_the_layers_architecture_md_draws_are_the_imports():
+    """ARCHITECTURE.md § Layers: each line imports only from lines below it."""
+    import re
+
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    level: dict[str, int] = {}
+    lines = [line.split("  ")[0] for line in block.strip().splitlines()]
+    for i, line in enumerate(reversed(lines)):
+        for name in re.findall(r"\b(popula/\w+|evolution|benchmarks)", line):
+            level.setdefault(name.replace("/", "."), i)
+
+    def part(module: str) -> str:
+        return "benchmarks" if module.startswith("benchmarks") else _part(module)
+
+    parts = {part(m) for m in MODULES} - {"popula", "popula.__main__"}
+    assert parts <= set(level), f"parts the layers leave out: {sorted(parts - set(level))}"
+    wrong = sorted({f"{i.source} -> {i.target}" for i in IMPORTS
+                    if part(i.source) in level and part(i.target) in level and part(i.source) != part(i.target)
+                    and level[part(i.target)] >= level[part(i.source)]})
+    assert not wrong, f"imports that do not run down the layers: {wrong}"

@@ -14,7 +14,7 @@ from popula.engines.base import Engine
 from popula.engines.shared import SharedWeights, SharingEngine
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import Learner, PopulationLearner
-from popula.run.ray_workers import RayEngine, RayLearner, RaySandbox
+from popula.run.parts.ray.workers import RayEngine, RayLearner, RaySandbox
 from popula.sandbox import Sandbox, SandboxPool
 
 

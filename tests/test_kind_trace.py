@@ -17,8 +17,10 @@ from popula.config import TasksConfig
 from popula.errors import PopulaError
 from popula.eval.plots import groups, plot_reports
 from popula.eval.evaluate import TaskScore, summarize
-from popula.kinds import register, unregister
+from popula.kinds import default_types, register, task_types, unregister
+from popula.model.coldstart import ColdStartRecipe
 from popula.model.corpus import ExampleSampler, as_type
+from popula.model.recipe import TinyRecipe
 from popula.records import parse_record, read_records
 from popula.sandbox import Limits, Sandbox
 from popula.tasks.generator import generate_tasks
@@ -64,7 +66,8 @@ def test_records_and_config_read_the_registry(trace):
     with pytest.raises(PopulaError, match="field 'inputs' of a code_t task must hold exactly one input"):
         parse_record(_task(inputs=["[1]", "[2]"]), "x")
     assert TasksConfig(types=["code_t", "code_o"]).types == ["code_t", "code_o"]
-    assert "code_t" in TasksConfig().types  # the default is every registered kind
+    # it declares that it joins no defaults: a config gets it only by naming it
+    assert "code_t" not in TasksConfig().types and TasksConfig().types == list(default_types())
 
 
 @pytest.mark.parametrize("fmt", [CompactFormat(), InstructFormat(), InstructFormat(direct=True)], ids=["compact", "instruct", "direct"])
@@ -111,6 +114,39 @@ def test_the_corpus_draws_the_test_kind(trace):
     assert example.completion in {str(2 + i) for i in range(3)} | {str(1 + i) for i in range(3)}
 
 
+def test_a_kind_joins_the_default_types_by_its_own_declaration(trace, monkeypatch):
+    monkeypatch.setattr(CodeTrace, "default", True)
+    assert TasksConfig().types == list(task_types()) and TasksConfig().types[-1] == "code_t"
+
+
+def test_the_tiny_base_corpus_takes_the_test_kind_at_its_declared_share_when_named(trace):
+    default = TinyRecipe()
+    assert "code_t" not in default.student_mix()
+    # registered, it changes neither cached base's key: its texts are in no default corpus
+    unregister(trace.name)
+    try:
+        keys = (default.digest(), ColdStartRecipe().key())
+    finally:
+        register(trace)
+    assert (default.digest(), ColdStartRecipe().key()) == keys
+    recipe = TinyRecipe(kinds=(*default_types(), "code_t"))
+    assert recipe.student_mix() == {**default.student_mix(), "code_t": CodeTrace.corpus_share["tiny"]}
+    assert recipe.digest() != default.digest()  # a base trained on it is another model
+    with pytest.raises(PopulaError, match="code_t declare none"):
+        ColdStartRecipe(kinds=("code_o", "code_t")).key()  # it declares no share of the cold start
+
+    pool = [parse_record({"id": f"p{i}", "type": "code_f", "program": f"def f(x):\n    return x * {i}",
+                          "inputs": ["1", "2", "3"], "outputs": [str(i), str(2 * i), str(3 * i)], "message": ""}, "x")
+            for i in range(6)]
+    sampler = ExampleSampler(pool, CompactFormat(), random.Random(0), max_references=2,
+                             teacher_share=TinyRecipe.teacher_share, student_mix=recipe.student_mix())
+    drawn = [sampler.sample().kind for _ in range(2000)]
+    share = sum(k == "student:code_t" for k in drawn) / sum(k.startswith("student:") for k in drawn)
+    total = sum(recipe.student_mix().values())
+    assert abs(share - CodeTrace.corpus_share["tiny"] / total) < 0.03, share
+    assert "teacher:code_t" in drawn and all(k.split(":")[1] in recipe.student_mix() for k in drawn)
+
+
 def test_evaluation_the_cli_and_the_plot_list_the_test_kind(trace, tmp_path, capsys, monkeypatch):
     _, by_type = summarize([TaskScore(id="a", type="code_t", samples=2, correct=1, answered=2)], k=2)
     assert list(by_type) == ["code_t"] and by_type["code_t"].pass_at_1 == 0.5
@@ -122,7 +158,7 @@ def test_evaluation_the_cli_and_the_plot_list_the_test_kind(trace, tmp_path, cap
     assert main(["tasks", "--n", "2", "--types", "code_t", "--difficulty", "easy", "--workers", "1", "--out", str(out)]) == 0
     assert [r.type for r in read_records(out)] == ["code_t", "code_t"]
 
-    assert groups() == ("overall", "code_o", "code_i", "code_f", "code_t")
+    assert groups() == ("overall", *task_types()) and groups()[-1] == "code_t"
     report = {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "tasks_in_file": 1,
               "overall": {"pass_at_1": 0.5}, "by_type": {"code_t": {"pass_at_1": 0.5}}}
     (tmp_path / "r.json").write_text(json.dumps(report))
@@ -137,4 +173,4 @@ def test_evaluation_the_cli_and_the_plot_list_the_test_kind(trace, tmp_path, cap
 
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xticks", spy)
     assert plot_reports({"base": tmp_path / "r.json"}, tmp_path / "eval.png").is_file()
-    assert ticks == ["overall", "code_o", "code_i", "code_f", "code_t (trace)"]
+    assert ticks == ["overall", *task_types()[:-1], "code_t (trace)"]

@@ -3,7 +3,7 @@
 A 2-layer Llama is trained here for a few seconds until it answers a fixed set of code_o
 tasks about a third of the time at temperature 1. A fresh student adapter is then trained
 on exactly those tasks with the student reward, through the run's own engine, sandbox,
-learner and adapter store (`popula.run.ladder`). Its solve rate must climb clearly within
+learner and adapter store (`popula.apps.ladder`). Its solve rate must climb clearly within
 20 updates; if it does not, nothing downstream (self-play, the league, evolution) can
 learn either. The full-size rungs on the tiny base are `benchmarks/learning_ladder.py`.
 
@@ -23,7 +23,7 @@ from conftest import fit_answers, small_llama
 from popula.config import load_config
 from popula.engines.torch_engine import TorchEngine
 from popula.model.tokenizer import train_tokenizer
-from popula.run.ladder import Ladder
+from popula.apps.ladder import Ladder
 from popula.runtime import Runtime
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks

@@ -25,8 +25,8 @@ from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.engines.torch_engine import TorchEngine  # noqa: E402
 from popula.errors import PopulaError  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
-from popula.run.ray_actors import EngineActor, LearnerActor, SandboxActor, directory_bundle, materialise  # noqa: E402
-from popula.run.ray_workers import RayEngine, RayLearner, RaySandbox  # noqa: E402
+from popula.run.parts.ray.actors import EngineActor, LearnerActor, SandboxActor, directory_bundle, materialise  # noqa: E402
+from popula.run.parts.ray.workers import RayEngine, RayLearner, RaySandbox  # noqa: E402
 from popula.runtime import Runtime  # noqa: E402
 from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402

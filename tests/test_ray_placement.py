@@ -18,7 +18,7 @@ import pytest
 
 from popula.config import load_config
 from popula.errors import PopulaError
-from popula.run.ray_placement import actor_asks, unplaceable
+from popula.run.parts.ray.placement import actor_asks, unplaceable
 
 TWO_CPUS = [{"CPU": 2.0, "GPU": 0.0, "address": "10.0.0.1"}]
 
@@ -120,7 +120,7 @@ def busy_cluster():
 
 
 def test_actors_still_pending_after_the_timeout_are_refused_naming_asks_and_free_resources(busy_cluster):
-    from popula.run.ray_placement import reserve
+    from popula.run.parts.ray.placement import reserve
 
     cfg = load_config(None, ["ray.enabled=true", "ray.pending_timeout_s=3", "ray.engine_cpus=0.5",
                              "ray.sandbox_cpus=0.5", "ray.learner_cpus=0.5"])

@@ -1,4 +1,4 @@
-"""Specification of `popula retention` (popula/run/retention.py on top of evolution.measure_retention).
+"""Specification of `popula retention` (popula/apps/retention.py on top of evolution.measure_retention).
 
 A child's reward is compared with its parents' on one fixed held-out task set under the
 same seeded sampling; a zero-strength mutation is the parent itself, so it keeps exactly
@@ -26,7 +26,7 @@ from conftest import memorising_base
 from popula.adapters import AdapterStore
 from popula.league import League
 from popula.model.tokenizer import train_tokenizer
-from popula.run.retention import EVAL_NAMESPACE, TRAIN_NAMESPACE
+from popula.apps.retention import EVAL_NAMESPACE, TRAIN_NAMESPACE
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import CompactFormat
 

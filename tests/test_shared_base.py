@@ -25,7 +25,7 @@ from popula.config import Config
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine
 from popula.learner import Rollout
-from popula.run.workers import build_local
+from popula.run.parts.workers import build_local
 
 pytestmark = pytest.mark.slow
 PROBE = Path(__file__).parent / "memory_probe.py"

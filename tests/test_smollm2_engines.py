@@ -17,7 +17,7 @@ from conftest import plain_learner
 from popula.config import LoraConfig
 from popula.engines import create_engine
 from popula.engines.base import GenerationRequest
-from popula.eval.evaluate import encode_prompt
+from popula.tasks.encoding import encode_prompt
 from popula.learner import PopulationLearner, Rollout
 from popula.records import TaskRecord
 from popula.tasks.prompts import InstructFormat, prompt_format, stop_token_ids

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # deferred: it reads the run through popula.run, whose imports load torch (popula.openmp)
-    from popula.run.export import check_export_target, export_adapter
+    from popula.apps.export import check_export_target, export_adapter
 
     check_export_target(args.out)
     done = export_adapter(args.run_dir, args.out, args.adapter)

@@ -14,7 +14,7 @@ from popula.cli.help import add_command
 from popula.cli.paths import check_out_file
 from popula.errors import PopulaError
 from popula.league import League
-from popula.league.ratings import rank_correlation
+from popula.eval.correlation import rank_correlation
 from popula.run.metrics import latest_heldout
 
 MIN_FOR_SPEARMAN = 3  # students with a held-out score; with two the correlation is only ever +1 or -1

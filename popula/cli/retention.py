@@ -3,7 +3,7 @@
 Makes a child of the run's best students with each evolution operator, and reports the
 parents' reward on a fixed held-out task set, the child's right after creation and after
 each of N learner steps, and the steps it took to recover 95% of the parents' level (a
-table, or one JSON object with --json). Method: popula/run/retention.py.
+table, or one JSON object with --json). Method: popula/apps/retention.py.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
-    from popula.run.retention import RetentionSettings, format_report, measure_run
+    from popula.apps.retention import RetentionSettings, format_report, measure_run
 
     settings = RetentionSettings(operators=tuple(args.operators) if args.operators else None, steps=args.steps,
                                  tasks=args.tasks, train_tasks=args.train_tasks, samples=args.samples,

@@ -1,7 +1,7 @@
 """The engines Popula can build, by name: the one table that the config, the CLI and the builders read.
 
 Nothing else switches on an engine's name. The config accepts the names here (`engine:`),
-`popula eval --engine` offers them, and `popula.run.builders` builds every engine (a run's,
+`popula eval --engine` offers them, and `popula.run.parts.builders` builds every engine (a run's,
 its Ray actors', eval's, retention's) through `engine_spec(name)`. What differs between
 engines is stated in its `EngineSpec`: how to construct it, which constructor options a
 config asks of it, whether it can generate with the learner's own model, and whether it fixes
@@ -104,6 +104,6 @@ def create_engine(kind: str, base_path: str | os.PathLike, *, max_adapters: int,
     torch: `popula.engines.torch_engine.TorchEngine` (options: target_modules, max_batch_size,
     device, dtype, model, slots). vllm: `popula.engines.vllm_engine.VLLMEngine` (max_loras =
     max_adapters; options: dtype, max_model_len, kv_cache_gib, gpu_memory_utilization,
-    max_num_seqs, enforce_eager, vllm_kwargs). From a config: `popula.run.builders.build_engine`.
+    max_num_seqs, enforce_eager, vllm_kwargs). From a config: `popula.run.parts.builders.build_engine`.
     """
     return engine_spec(kind).factory()(base_path, max_adapters=max_adapters, max_rank=max_rank, seed=seed, **options)

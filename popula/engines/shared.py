@@ -11,7 +11,7 @@ of being read from its PEFT directory. Two Protocols name what each side offers:
 - `SharingEngine`, the engine's side (`popula.engines.torch_engine.TorchEngine`): an `Engine`
   that can `bind` a version to the learner's slot.
 
-`Sharing` pairs the two for the run's workers (`popula.run.workers.Workers.bind`). Which
+`Sharing` pairs the two for the run's workers (`popula.run.parts.workers.Workers.bind`). Which
 engines can share is the registry's `EngineSpec.shares_model` (`popula.engines.registry`).
 Importing this module loads no torch.
 """

@@ -4,5 +4,5 @@
 `heldout` is the run's trend on one fixed held-out set; `population` summarises a run's
 live students; `paired` compares two models task by task; `plots` draws reports side by
 side. The package sits below the run loop, which uses it: what a run directory or a model
-spec names for `popula eval` is `popula.run.targets`, above the run's builders.
+spec names for `popula eval` is `popula.apps.targets`, above the run's builders.
 """

@@ -13,7 +13,7 @@ The pieces are separate so each can be used (and tested) alone:
 - `evaluate`: the whole loop on an engine that is already loaded (what the run loop and
   benchmarks/learning.py call, sharing their engine and sandbox); `evaluate_adapters`, the
   same for several adapters in one generate call (`popula eval RUN_DIR`'s population report).
-- `popula.run.targets` (`resolve_target`, `evaluate_target`): what `popula eval
+- `popula.apps.targets` (`resolve_target`, `evaluate_target`): what `popula eval
   RUN_DIR|MODEL` needs on top: which base, engine and adapter a run directory or a model
   spec means. It sits above the run's builders; this package sits below the run loop.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -38,6 +38,8 @@ from popula.errors import PopulaError
 from popula.kinds import task_types
 from popula.records import TaskRecord
 from popula.sandbox import SandboxPool
+from popula.seeds import EVAL, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 GREEDY_TEMPERATURE = 0.0  # default for one sample per task
@@ -89,11 +91,11 @@ class GroupScore:
 
 
 @dataclass
-class EvalReport:
-    """What `popula eval --json` prints: one object, stable keys."""
+class Measurement:
+    """How tasks were measured: the model and engine, the sampling, the task file. What one
+    model's report and a population's share (`EvalReport`, `popula.eval.population.PopulationReport`)."""
 
     model: str
-    adapter: str | None
     engine: str
     samples: int
     k: int
@@ -104,13 +106,25 @@ class EvalReport:
     tasks_in_file: int
     skipped: dict[str, int]  # invalid tasks (by sandbox reason) that were not evaluated
     not_attempted: int  # valid tasks whose prompt did not fit the context (scored as failures)
+
+    def measurement(self) -> dict[str, Any]:
+        """These fields alone, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(Measurement)}
+
+
+@dataclass(kw_only=True)
+class EvalReport(Measurement):
+    """What `popula eval --json` prints: one object, stable keys."""
+
+    adapter: str | None
     overall: GroupScore
     by_type: dict[str, GroupScore]
     wall_s: float = 0.0  # outputs, generation and judging, not model loading
     per_task: list[TaskScore] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        return {"model": data.pop("model"), "adapter": data.pop("adapter"), **data}
 
 
 def summarize(scores: Sequence[TaskScore], k: int) -> tuple[GroupScore, dict[str, GroupScore]]:
@@ -180,19 +194,6 @@ def judge(tasks: Sequence[TaskRecord], answers: Sequence[Sequence[str | None]], 
 
 # ---------------------------------------------------------------------------------------------
 # Generation
-
-
-def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """Prompt ids as the base saw them in training: BOS (when the tokenizer has one) then the text.
-
-    The tiny base was trained with `<|end|>` (its BOS and EOS) before every prompt; a chat
-    template that already starts with the BOS text does not get a second one.
-    """
-    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    bos = tokenizer.bos_token_id
-    if bos is None or (tokenizer.bos_token and text.startswith(tokenizer.bos_token)):
-        return ids
-    return [bos] + ids
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,7 @@ def evaluate_adapters(engine: Engine, tokenizer: Any, records: Sequence[TaskReco
         room = max_tokens if context is None else min(max_tokens, context - len(ids))
         if room < min(_MIN_ANSWER_TOKENS, max_tokens):
             continue
-        posed.append((i, ids, room, (settings.seed * 1_000_003 + i) % (2**31 - 1)))
+        posed.append((i, ids, room, derive_seed(settings.seed, EVAL, index=i)))
     not_attempted = len(tasks) - len(posed)
     if not_attempted and log is not None:
         log(f"{not_attempted} task(s) have prompts too long for the model's {context} positions; scored as failures")

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from popula.errors import PopulaError
-from popula.eval.evaluate import EvalReport, GroupScore
+from popula.eval.correlation import rank_correlation
+from popula.eval.evaluate import EvalReport, GroupScore, Measurement
 from popula.eval.paired import PairedDifference, paired_difference
-from popula.league.ratings import rank_correlation
 
 MIN_FOR_SPEARMAN = 3  # a rank correlation of two members is +1 or -1 and says nothing
 
@@ -58,21 +58,11 @@ class MemberEval:
         return data
 
 
-@dataclass
-class PopulationReport:
-    """What `popula eval RUN_DIR --json` prints (with `kind: "population"`)."""
+@dataclass(kw_only=True)
+class PopulationReport(Measurement):
+    """What `popula eval RUN_DIR --json` prints (with `kind: "population"`): how its members were
+    measured (alike: `Measurement`), each member's report and the summary."""
 
-    model: str
-    engine: str
-    samples: int
-    k: int
-    temperature: float
-    top_p: float
-    max_tokens: int
-    tasks_file: str | None
-    tasks_in_file: int
-    skipped: dict[str, int]
-    not_attempted: int
     members: list[MemberEval]  # best conservative rating first
     mean: dict[str, Any]  # {"overall": GroupScore, "by_type": {type: GroupScore}}, averaged over members
     weakest: str
@@ -91,10 +81,7 @@ class PopulationReport:
     def to_json(self, per_task: bool = False) -> dict[str, Any]:
         return {
             "kind": "population",
-            "model": self.model, "engine": self.engine, "samples": self.samples, "k": self.k,
-            "temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
-            "tasks_file": self.tasks_file, "tasks_in_file": self.tasks_in_file, "skipped": self.skipped,
-            "not_attempted": self.not_attempted,
+            **self.measurement(),
             "members": [m.to_json(per_task) for m in self.members],
             "mean": {"overall": asdict(self.mean["overall"]),
                      "by_type": {t: asdict(g) for t, g in self.mean["by_type"].items()}},
@@ -161,9 +148,7 @@ def population_report(members: Sequence[MemberEval], *, model: str, engine: str)
     if len(members) >= MIN_FOR_SPEARMAN:
         spearman = rank_correlation([m.conservative for m in members], [m.report.overall.pass_at_1 for m in members])
     return PopulationReport(
-        model=model, engine=engine, samples=first.samples, k=first.k, temperature=first.temperature,
-        top_p=first.top_p, max_tokens=first.max_tokens, tasks_file=first.tasks_file,
-        tasks_in_file=first.tasks_in_file, skipped=first.skipped, not_attempted=first.not_attempted,
+        **{**first.measurement(), "model": model, "engine": engine},
         members=list(members), mean=mean, weakest=weakest.member, strongest=strongest.member,
         rating_pick=pick.member, rating_spearman=spearman, paired=paired, wall_s=first.wall_s)
 

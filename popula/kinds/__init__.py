@@ -19,7 +19,8 @@ from popula.kinds.code_f import CodeFunction
 from popula.kinds.code_i import CodeInput
 from popula.kinds.code_o import CodeOutput
 
-__all__ = ["ANSWER_FORMS", "KINDS", "AnswerForm", "TaskKind", "get_kind", "register", "task_types", "unregister"]
+__all__ = ["ANSWER_FORMS", "KINDS", "AnswerForm", "TaskKind", "default_types", "get_kind", "register", "task_types",
+           "unregister"]
 
 KINDS: dict[str, TaskKind] = {}
 
@@ -42,6 +43,11 @@ def unregister(name: str) -> None:
 def task_types() -> tuple[str, ...]:
     """The registered kinds' names, in registration order."""
     return tuple(KINDS)
+
+
+def default_types() -> tuple[str, ...]:
+    """The kinds a config gets when it names none (`tasks.types`): those that declare `default`."""
+    return tuple(name for name, kind in KINDS.items() if kind.default)
 
 
 def get_kind(name: str) -> TaskKind:

@@ -9,7 +9,7 @@ new way for untrusted text to reach a verdict.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar, Literal, Protocol, TypeVar
+from typing import ClassVar, Literal, Mapping, Protocol, TypeVar
 
 # How the sandbox reads and judges an answer (popula/sandbox/plan.py):
 # "value": a literal compared with the first output, nothing runs;
@@ -52,6 +52,13 @@ class TaskKind:
     min_inputs: ClassVar[int] = 1  # the fewest a proposal needs
     hint: ClassVar[bool] = False  # tasks carry a message (a hint) for the student
     shows_outputs: ClassVar[bool] = True  # a student prompt shows outputs, so it needs them computed
+    # Joins what a config or recipe gets when it names no kinds: the default `tasks.types` and
+    # the cold-start corpora below. False: only where named (a test's or an experimental kind).
+    default: ClassVar[bool] = True
+    # Its share of each cold-start corpus's student examples, by corpus: "tiny" (the tiny base's
+    # build, compact format) and "coldstart" (a registry model's warm-up, instruct format). A
+    # corpus draws teacher examples of every kind in it; a kind with no share is in none.
+    corpus_share: ClassVar[Mapping[str, float]] = {}
 
     def inputs_fault(self, n_inputs: int) -> str | None:
         """Why a task record of this kind may not carry `n_inputs` inputs (after "field 'inputs' "), or None."""

@@ -41,6 +41,7 @@ class CodeFunction(TaskKind):
     answer = "program"
     compact_head = "program"
     direct_ask = "Reply with only the program in <answer></answer>, as a ```python block. No explanation."
+    corpus_share = {"tiny": 0.3, "coldstart": 0.3}
     proposal_inputs = CODE_F_INPUTS
     min_inputs = 2
     hint = True

@@ -16,6 +16,7 @@ class CodeInput(TaskKind):
     instruct_question = "Find an input for which this Python function returns the given output."
     instruct_ask = "Reason step by step, then give the argument list (what goes inside f(...)) in <answer></answer>."
     direct_ask = "Reply with only the argument list (what goes inside f(...)) in <answer></answer>. No explanation."
+    corpus_share = {"tiny": 0.05, "coldstart": 0.3}  # the tiny base learns code_i mostly from code_o examples
 
     def compact_shown(self, task: Task) -> str:
         return f"f(?) == {task.outputs[0]}"

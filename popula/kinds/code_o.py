@@ -17,6 +17,7 @@ class CodeOutput(TaskKind):
     instruct_ask = "Reason step by step, then give the output as a Python literal in <answer></answer>."
     direct_ask = "Reply with only the output, as a Python literal, in <answer></answer>. No explanation."
     shows_outputs = False
+    corpus_share = {"tiny": 0.65, "coldstart": 0.4}
 
     def compact_shown(self, task: Task) -> str:
         return f">>> f({task.inputs[0]})"

@@ -1,4 +1,4 @@
-"""League: TrueSkill ratings, PFSP matchmaking and lineage of the population.
+"""League: ratings (TrueSkill unless configured otherwise, ``rating``), PFSP matchmaking and lineage of the population.
 
 See ``outcomes`` for how a match's tasks become a rating game, ``pfsp`` for who plays
 whom, ``league.League`` for the API the trainer and evolution call, and ``store`` for the

@@ -1,11 +1,11 @@
-"""The league: every member ever, their TrueSkill ratings, matches and lineage.
+"""The league: every member ever, their ratings, matches and lineage.
 
 One object owns the state that ``popula run`` must persist and resume (docs/design.md § Run directory):
 the trainer asks it for this step's pairs (``match``), reports each match's task
 results (``record_match``), closes the step (``end_step``), lets evolution swap members
-(``replace``) and saves it to RUN_DIR/league.json. Teachers and students live in one
-TrueSkill environment, so a teacher's rating and a student's rating are comparable and
-PFSP can predict who wins.
+(``replace``) and saves it to RUN_DIR/league.json. Teachers and students are rated by one
+rating system (``rating``: TrueSkill unless the config names another), so a teacher's
+rating and a student's rating are comparable and PFSP can predict who wins.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import numpy as np
 import pydantic
 
 from popula.errors import PopulaError
-from popula.league import outcomes, pfsp, ratings
+from popula.league import outcomes, pfsp
+from popula.league.rating import Rating
 from popula.league.schema import FORMAT, VERSION, LeagueConfig, LeagueFile, MatchRecord, Member, Role
 from popula.league.store import read_json, write_json_atomic
+from popula.league.systems import rating_system
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,7 @@ class League:
 
     def __init__(self, config: LeagueConfig | None = None) -> None:
         self.config = config or LeagueConfig()
-        self.env = ratings.make_env(
-            self.config.mu, self.config.sigma, self.config.beta, self.config.tau, self.config.draw_probability
-        )
+        self.system = rating_system(self.config)
         self.members: dict[str, Member] = {}
         self.matches: list[MatchRecord] = []
         self.step: int | None = None  # last step closed by end_step
@@ -71,17 +71,23 @@ class League:
         operator: str | None = None,
         born_step: int = 0,
     ) -> Member:
-        """Add a fresh member at the environment's prior rating. Names are never reused."""
+        """Add a fresh member at the rating system's prior. Names are never reused."""
         if role not in ("teacher", "student"):
             raise ValueError(f"role must be 'teacher' or 'student', got {role!r}")
         if name in self.members:
             raise PopulaError(f"league already has a member named {name!r}; names are never reused")
+        prior = self.system.initial()
         member = Member(
             name=name, role=role, generation=generation, parents=list(parents),
-            operator=operator, born_step=born_step, mu=self.config.mu, sigma=self.config.sigma,
+            operator=operator, born_step=born_step, mu=prior.skill, sigma=prior.uncertainty,
         )
-        self.members[name] = member
+        self._hold(member)
         return member
+
+    def _hold(self, member: Member) -> None:
+        """Keep `member`, scored by this league's rating system."""
+        member._system = self.system
+        self.members[member.name] = member
 
     def member(self, name: str) -> Member:
         try:
@@ -92,16 +98,15 @@ class League:
     def alive(self, role: Role) -> list[Member]:
         return [m for m in self.members.values() if m.role == role and m.alive]
 
-    def rating(self, name: str) -> ratings.Rating:
-        member = self.member(name)
-        return self.env.create_rating(mu=member.mu, sigma=member.sigma)
+    def rating(self, name: str) -> Rating:
+        return self.member(name).rating
 
     def win_probability(self, a: str, b: str) -> float:
-        """TrueSkill's P(a beats b)."""
-        return ratings.win_probability(self.env, self.rating(a), self.rating(b))
+        """The rating system's P(a beats b)."""
+        return self.system.win_probability(self.rating(a), self.rating(b))
 
     def ranked(self, role: Role, include_retired: bool = False) -> list[Member]:
-        """Members of ``role`` best first by conservative rating mu - 3 sigma (ties by name)."""
+        """Members of ``role`` best first by conservative rating (ties by name)."""
         pool = [m for m in self.members.values() if m.role == role and (m.alive or include_retired)]
         return sorted(pool, key=lambda m: (-m.conservative, m.name))
 
@@ -157,7 +162,7 @@ class League:
     def record_match(
         self, step: int, teacher: str, student: str, task_results: Iterable[outcomes.TaskResult]
     ) -> MatchRecord:
-        """Turn a match's task results into one TrueSkill game (``outcomes``) and rate it."""
+        """Turn a match's task results into one rated game (``outcomes``) and rate it."""
         if self.step is not None and step <= self.step:
             raise ValueError(f"step {step} is already closed (last end_step was {self.step})")
         t, s = self.member(teacher), self.member(student)
@@ -172,11 +177,11 @@ class League:
             step=step, teacher=teacher, student=student, tasks=tally.tasks,
             teacher_points=tally.teacher_points, student_points=tally.student_points,
             draws=tally.draws, unrated=tally.unrated, result=tally.result,
-            p_teacher=ratings.win_probability(self.env, before_t, before_s),
+            p_teacher=self.system.win_probability(before_t, before_s),
         )
-        new_t, new_s = ratings.rate_game(self.env, before_t, before_s, tally.result)
-        t.mu, t.sigma = float(new_t.mu), float(new_t.sigma)
-        s.mu, s.sigma = float(new_s.mu), float(new_s.sigma)
+        new_t, new_s = self.system.rate(before_t, before_s, tally.result)
+        t.mu, t.sigma = float(new_t.skill), float(new_t.uncertainty)
+        s.mu, s.sigma = float(new_s.skill), float(new_s.uncertainty)
         self.matches.append(record)
         return record
 
@@ -201,8 +206,8 @@ class League:
     ) -> Member:
         """Retire ``old_name`` and add its evolved replacement in the same role.
 
-        The child starts from its parents' mean mu with a widened sigma
-        (``ratings.child_rating``; ``sigma_widen`` defaults to the config's), so PFSP and
+        The child starts from its parents' rating, widened (the rating system's ``child``;
+        ``sigma_widen`` defaults to the config's), so PFSP and
         the next replacement round treat it as promising but uncertain.
         """
         old = self.member(old_name)
@@ -214,15 +219,15 @@ class League:
         if not parent_members:
             raise ValueError("replace needs at least one parent")
         widen = self.config.sigma_widen if sigma_widen is None else sigma_widen
-        prior = ratings.child_rating(self.env, [self.rating(p.name) for p in parent_members], widen)
+        prior = self.system.child([p.rating for p in parent_members], widen)
         child = Member(
             name=child_name, role=old.role,
             generation=max(p.generation for p in parent_members) + 1,
             parents=list(parents), operator=operator, born_step=step,
-            mu=float(prior.mu), sigma=float(prior.sigma),
+            mu=float(prior.skill), sigma=float(prior.uncertainty),
         )
         old.alive, old.replaced_by, old.replaced_at_step = False, child_name, step
-        self.members[child_name] = child
+        self._hold(child)
         _snapshot(child, step)
         return child
 
@@ -250,7 +255,7 @@ class League:
         for member in parsed.members:
             if member.name in league.members:
                 raise PopulaError(f"{source}: members: name {member.name!r} appears twice")
-            league.members[member.name] = member
+            league._hold(member)
         league.matches = parsed.matches
         league._check_references(source)
         return league

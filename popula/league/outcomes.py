@@ -1,4 +1,4 @@
-"""How one teacher-student match becomes (at most) one TrueSkill game.
+"""How one teacher-student match becomes (at most) one rated game.
 
 The rule follows the teacher reward (-1 invalid, 0 if rho = 0, 1 - rho otherwise), so the
 rating and the reward never disagree about who did well:
@@ -18,7 +18,7 @@ Per task (``valid``, ``rho`` = fraction of the student's rollouts that solve it)
   solve rate are equal.
 * valid, rho > 1/2              -> **student** point: the student solves it in most rollouts.
 
-Per match: the side with more points wins one TrueSkill game; equal points make a draw;
+Per match: the side with more points wins one rated game; equal points make a draw;
 a match with no points at all (only rho = 0 tasks, or no tasks) is not rated. One game
 per match, not one per task, because the tasks of a match come from the same pair in the
 same step and are strongly correlated: rating each as an independent game would shrink

@@ -1,6 +1,6 @@
 """Prioritized fictitious self-play (PFSP): who plays whom this step.
 
-Every teacher-student pair gets a weight f(p), where p is the TrueSkill probability that
+Every teacher-student pair gets a weight f(p), where p is the rating system's probability that
 the teacher beats the student:
 
 * ``variance``: f(p) = p (1 - p), largest for balanced pairs (p = 1/2), the default,

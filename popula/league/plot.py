@@ -28,7 +28,7 @@ def plot_ratings(league: League, out: Path) -> Path:
     for ax, role in zip(axes, ("teacher", "student")):
         _plot_role(ax, league, role)
     axes[-1].set_xlabel("step")
-    title = "League ratings (TrueSkill mu)"
+    title = f"League ratings ({league.config.rating} skill)"
     if league.step is not None:
         title += f" after step {league.step}"
     fig.suptitle(title)
@@ -71,7 +71,7 @@ def _plot_role(ax, league: League, role: str) -> None:
     _label_ends(ax, labels, colour)
     alive = sum(m.alive for m in members)
     ax.set_title(f"{role}s: {alive} alive, {len(members) - alive} replaced", fontsize=10)
-    ax.set_ylabel("mu")
+    ax.set_ylabel("skill (mu)")
     ax.grid(alpha=0.3)
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
+
+from popula.league.rating import Rating, RatingSystem
+from popula.league.systems import check_rating_name
 
 Role = Literal["teacher", "student"]
 
@@ -19,8 +22,13 @@ VERSION = 1
 
 
 class LeagueConfig(BaseModel):
-    """TrueSkill constants and PFSP settings (defaults: the `trueskill` package's own)."""
+    """The rating system and its constants, PFSP settings (defaults: the `trueskill` package's own).
 
+    `rating` names the system (`popula.league.systems.RATING_SYSTEMS`); the constants are
+    TrueSkill's, and another system reads those it needs (`mu`, `sigma`: a newcomer's rating).
+    """
+
+    rating: str = "trueskill"
     mu: float = 25.0
     sigma: float = Field(25.0 / 3.0, gt=0)
     beta: float = Field(25.0 / 6.0, gt=0)
@@ -31,15 +39,24 @@ class LeagueConfig(BaseModel):
     hard_k: float = Field(2.0, gt=0)
     # Let retired ancestors of alive members stay in the pools as frozen opponents.
     past_versions: bool = False
-    # Extra rating sd of an evolved child on top of its parents' (see ratings.child_rating).
+    # Extra rating sd of an evolved child on top of its parents' (the rating system's `child`).
     # Small: the child inherits its parents' rating, so it is judged as what it is (their
     # weights, slightly moved); evolution's readiness rule, not a low rating, decides when
     # it may be replaced.
     sigma_widen: float = Field(1.0, ge=0)
 
+    @field_validator("rating")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_rating_name(name)
+
 
 class Member(BaseModel):
-    """One adapter that ever took part: its lineage, its rating now and over steps."""
+    """One adapter that ever took part: its lineage, its rating now and over steps.
+
+    `mu` and `sigma` are the rating system's skill estimate and its uncertainty (league.json's
+    names); the league that holds the member gives it its system, which scores it (`conservative`).
+    """
 
     name: str = Field(min_length=1)
     role: Role
@@ -52,6 +69,7 @@ class Member(BaseModel):
     replaced_at_step: int | None = None
     mu: float
     sigma: float = Field(gt=0)
+    _system: RatingSystem | None = PrivateAttr(None)  # set by the League that holds the member
     # (step, mu, sigma) at the end of each step the member was alive (or played).
     history: list[tuple[int, float, float]] = Field(default_factory=list)
     # In-run retention of an evolved child: (step, its mean reward, its alive parents' mean
@@ -63,10 +81,16 @@ class Member(BaseModel):
         return step - self.born_step
 
     @property
+    def rating(self) -> Rating:
+        return Rating(self.mu, self.sigma)
+
+    @property
     def conservative(self) -> float:
-        """mu - 3 sigma, the rating the league ranks by and evolution replaces by (the one
-        definition): a skill the member has with ~99.9% confidence; new members rank low."""
-        return self.mu - 3.0 * self.sigma
+        """The score the league ranks by and evolution replaces by (the one definition: its
+        rating system's; TrueSkill's is mu - 3 sigma, a skill held with ~99.9% confidence)."""
+        if self._system is None:
+            raise RuntimeError(f"member {self.name!r} has no rating system: read it through its League")
+        return self._system.conservative(self.rating)
 
 
 class MatchRecord(BaseModel):
@@ -81,7 +105,7 @@ class MatchRecord(BaseModel):
     draws: int = Field(ge=0)
     unrated: int = Field(ge=0)
     result: Literal["teacher", "student", "draw", "none"]
-    # TrueSkill's P(teacher beats student) just before the match: calibration check.
+    # The rating system's P(teacher beats student) just before the match: calibration check.
     p_teacher: float = Field(ge=0, le=1)
 
 

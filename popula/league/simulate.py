@@ -31,11 +31,12 @@ DEFAULT_ROLES: dict[str, Role] = {**dict.fromkeys(TEACHER_SKILLS, "teacher"), **
 
 def simulate_league(
     skills: dict[str, float], steps: int, seed: int, weighting: Weighting = "variance", *,
-    roles: Mapping[str, Role],
+    roles: Mapping[str, Role], config: LeagueConfig | None = None,
 ) -> League:
-    """Play ``steps`` PFSP steps between the members of ``skills``, each in its ``roles`` entry."""
+    """Play ``steps`` PFSP steps between the members of ``skills``, each in its ``roles`` entry
+    (``config``: the league's, its weighting then ``weighting``; default TrueSkill's)."""
     rng = np.random.default_rng(seed)
-    league = League(LeagueConfig(weighting=weighting))
+    league = League((config or LeagueConfig()).model_copy(update={"weighting": weighting}))
     for name in skills:
         league.add_member(name, roles[name])
     for step in range(steps):

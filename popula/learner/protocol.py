@@ -1,8 +1,8 @@
 """The learner's interface: what the run, the ladder and retention train adapters through.
 
-The local `PopulationLearner` and the Ray proxy (`popula.run.ray_workers.RayLearner`, the
+The local `PopulationLearner` and the Ray proxy (`popula.run.parts.ray.workers.RayLearner`, the
 learner actor) both satisfy it. The Ray proxy's methods are built from this Protocol's
-(`popula.run.ray_workers.forward`: same signatures, one line each); a member added here and
+(`popula.run.parts.ray.workers.forward`: same signatures, one line each); a member added here and
 not there fails tests/test_interfaces.py. Importing this module loads no torch.
 """
 

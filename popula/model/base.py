@@ -35,6 +35,7 @@ from popula.model.tokenizer import train_tokenizer
 from popula.permissions import follow_umask
 from popula.model.train import PackedBatches, native_bf16, train
 from popula.sandbox import Sandbox
+from popula.seeds import BUILD_HELDOUT, derive_seed
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 from popula.tasks.prompts import CompactFormat, write_format
 
@@ -73,7 +74,7 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
         random.Random(recipe.seed),
         recipe.max_references,
         recipe.teacher_share,
-        student_mix=dict(zip(ExampleSampler.STUDENT_TYPES, recipe.student_mix)),
+        student_mix=recipe.student_mix(),
         short_power=recipe.short_power,
         proposal_power=recipe.proposal_power,
         reference_depth_window=recipe.reference_depth_window,
@@ -148,7 +149,6 @@ def build_tiny(out: Path, recipe: TinyRecipe = TinyRecipe(), *, progress: bool =
     return summary
 
 
-HELDOUT_SEED_OFFSET = 777  # the build's held-out tasks: a seed its corpus (recipe.seed) never uses
 # The sampled check scores a base as benchmarks/learning.py scores it (4 answers at T=0.8 within
 # the default config's 96-token answer budget). Greedy pass@1 follows one argmax path per task,
 # so two builds of one recipe that sample alike can differ on it by several points; the mean
@@ -163,7 +163,7 @@ def heldout_pass1(model_dir: Path, n: int, *, seed: int, workers: int = 2) -> di
     draws from, at a seed offset from the recipe's. Both figures are deterministic for given
     weights: greedy decoding, and sampling seeded per request.
     """
-    tasks = generate_tasks(n, seed + HELDOUT_SEED_OFFSET, namespace=HELDOUT_NAMESPACE, workers=workers)
+    tasks = generate_tasks(n, derive_seed(seed, BUILD_HELDOUT), namespace=HELDOUT_NAMESPACE, workers=workers)
     engine = TorchEngine(model_dir, max_adapters=1)
     try:
         with Sandbox(workers=workers) as sandbox:
@@ -172,7 +172,7 @@ def heldout_pass1(model_dir: Path, n: int, *, seed: int, workers: int = 2) -> di
             sampled = evaluate(engine, engine.tokenizer, tasks, adapter=None, sandbox=sandbox, settings=SAMPLED_CHECK)
     finally:
         engine.close()
-    return {"tasks": n, "seed": seed + HELDOUT_SEED_OFFSET, "greedy_pass1": round(greedy.overall.pass_at_1, 4),
+    return {"tasks": n, "seed": derive_seed(seed, BUILD_HELDOUT), "greedy_pass1": round(greedy.overall.pass_at_1, 4),
             "by_type": {t: round(g.pass_at_1, 4) for t, g in greedy.by_type.items()},
             "sampled": {"samples": SAMPLED_CHECK.samples, "temperature": SAMPLED_CHECK.temperature,
                         "max_tokens": SAMPLED_CHECK.max_tokens, "pass1": round(sampled.overall.pass_at_1, 4),

@@ -29,7 +29,7 @@ from typing import Any
 
 from popula.model import registry
 from popula.model.corpus import ExampleSampler, build_pool
-from popula.model.recipe import corpus_digest
+from popula.model.recipe import corpus_digest, corpus_mix
 from popula.model.train import PackedBatches, train
 from popula.tasks.prompts import prompt_format, write_format
 
@@ -53,10 +53,13 @@ class ColdStartRecipe:
     difficulty: str = "mixed"
     max_references: int = 2  # as configs/smollm2-cpu.yaml's tasks.references
     teacher_share: float = 0.3
-    student_mix: tuple[float, float, float] = (0.4, 0.3, 0.3)  # code_o, code_i, code_f
+    kinds: tuple[str, ...] | None = None  # None: every default kind with a "coldstart" share (its share)
+
+    def student_mix(self) -> dict[str, float]:
+        return corpus_mix("coldstart", self.kinds)
 
     def key(self) -> str:
-        return corpus_digest(asdict(self))
+        return corpus_digest(asdict(self), self.student_mix())
 
 
 def is_coldstart_spec(spec: str) -> bool:
@@ -98,7 +101,7 @@ def build_coldstart(base: Path, out: Path, recipe: ColdStartRecipe, *, source: s
     fmt = prompt_format(tokenizer)
     pool = build_pool(recipe.pool_tasks, recipe.seed, recipe.difficulty)
     sampler = ExampleSampler(pool, fmt, random.Random(recipe.seed), recipe.max_references, recipe.teacher_share,
-                             dict(zip(ExampleSampler.STUDENT_TYPES, recipe.student_mix)))
+                             recipe.student_mix())
     # completions only: prompt tokens weigh 0 (the model should answer prompts, not write them)
     batches = PackedBatches(sampler.sample, tokenizer, recipe.seq_len, recipe.rows, prompt_weight=0.0)
     lora = LoraConfig(r=recipe.rank, lora_alpha=recipe.alpha, lora_dropout=0.0,

@@ -2,8 +2,9 @@
 
 A pool of generated programs, each with ten inputs whose outputs the sandbox computed,
 yields every kind of example: a teacher proposal (K pool tasks as references, a different
-pool task as the proposal), and student answers for code_o (the output), code_i (the input
-that produced the output) and code_f (the program). Examples are drawn on the fly, so the
+pool task as the proposal), and a student answer of each kind in the corpus (the kind's
+`view` of a pool task and its `corpus_answer`: code_o the output, code_i the input that
+produced the output, code_f the program). Examples are drawn on the fly, so the
 model rarely sees the same teacher prompt twice.
 
 What a teacher example's references say about its proposal is what the model learns to
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from popula.complexity import ast_depth
 from popula.kinds import get_kind
+from popula.model.recipe import corpus_mix
 from popula.records import TaskRecord
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import PromptFormat
@@ -52,10 +54,6 @@ def as_type(task: TaskRecord, task_type: str, pick: int) -> TaskRecord:
 class ExampleSampler:
     """Draws teacher and student examples from a pool, in one prompt format."""
 
-    TEACHER_TYPES = ("code_o", "code_i", "code_f")
-    STUDENT_TYPES = ("code_o", "code_i", "code_f")
-    STUDENT_MIX = {"code_o": 0.5, "code_i": 0.2, "code_f": 0.3}
-
     def __init__(
         self,
         pool: list[TaskRecord],
@@ -75,7 +73,9 @@ class ExampleSampler:
         self.rng = rng
         self.max_references = max_references
         self.teacher_share = teacher_share
-        self.student_mix = dict(student_mix or self.STUDENT_MIX)
+        # the corpus's kinds and their shares of student examples; teacher examples: the same kinds
+        self.student_mix = dict(student_mix or corpus_mix("tiny"))
+        self.teacher_types = tuple(self.student_mix)
         # Proposals lean to shorter programs (weight 1/lines**proposal_power): a small model
         # then proposes mostly programs it can write without a slip, and self-play pushes
         # complexity up.
@@ -124,6 +124,6 @@ class ExampleSampler:
 
     def sample(self) -> Example:
         if self.rng.random() < self.teacher_share:
-            return self.teacher(self.rng.choice(self.TEACHER_TYPES))
+            return self.teacher(self.rng.choice(self.teacher_types))
         types, weights = zip(*self.student_mix.items())
         return self.student(self.rng.choices(types, weights)[0])

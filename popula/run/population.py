@@ -34,15 +34,16 @@ from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
-from popula.run.builders import context_of
 from popula.run.checkpoint import Checkpoints
+from popula.run.early_rewards import record_early_rewards
 from popula.run.metrics import MetricsLog, summary_line
+from popula.run.parts.builders import context_of
+from popula.run.parts.workers import Workers, build_workers, reserve_workers
 from popula.run.ratchet import DepthRatchet
-from popula.run.retention import record_early_rewards
 from popula.run.rundir import GracefulStop, check_run_dir, prepare_run_dir, uninterruptible
 from popula.run.selfplay import PlaySettings, SelfPlay, StepGame, match_results, teacher_group
 from popula.run.step_metrics import step_row
-from popula.run.workers import Workers, build_workers, reserve_workers
+from popula.seeds import SEED_TASKS, derive_seed
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -182,7 +183,7 @@ class PopulationRun:
             self.workers.bind(ref, adapter)
         # The buffer starts from generated seed tasks; a seed offset keeps them apart from
         # the held-out sets `popula tasks` writes.
-        seeds = generate_tasks(cfg.tasks.seed_tasks, seed=cfg.seed + 10_000, types=cfg.tasks.types,
+        seeds = generate_tasks(cfg.tasks.seed_tasks, seed=derive_seed(cfg.seed, SEED_TASKS), types=cfg.tasks.types,
                                namespace="seed", workers=cfg.sandbox.workers)
         self.buffer.add(seeds, step=0, teacher=SEED_TEACHER, rhos=[None] * len(seeds))
         self.league.save(self.run_dir / "league.json")

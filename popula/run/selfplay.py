@@ -21,13 +21,14 @@ from popula.adapters import AdapterRef
 from popula.complexity import written_multiline
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest, Sample
-from popula.eval.evaluate import encode_prompt
 from popula.league import Match, TaskResult
 from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult
 from popula.rewards import INVALID_TASK_REWARD, shared_teacher_reward, solve_rate, student_reward, teacher_reward
 from popula.run.buffer import TaskBuffer, task_depth
 from popula.sandbox import SandboxPool
+from popula.seeds import STUDENT, TEACHER, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import PromptFormat
 
 
@@ -156,7 +157,7 @@ class SelfPlay:
                     ref_depths.append(float(np.mean([task_depth(r) for r in refs])) if refs else None)
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[t], n=1, temperature=s.teacher_temperature, top_p=s.top_p,
-                              max_tokens=s.teacher_max_tokens, seed=_seed(seed, step, 0, i),
+                              max_tokens=s.teacher_max_tokens, seed=derive_seed(seed, TEACHER, step, i),
                               stop_token_ids=self.stop_ids)
             for i, (t, _, ids) in enumerate(plan)
         ]
@@ -191,7 +192,7 @@ class SelfPlay:
         student_prompts = [prompt_of[i] for i, _ in jobs]
         requests = [
             GenerationRequest(prompt_ids=ids, adapter=adapters[student], n=s.rollouts, temperature=s.temperature,
-                              top_p=s.top_p, max_tokens=s.student_max_tokens, seed=_seed(seed, step, 1, j),
+                              top_p=s.top_p, max_tokens=s.student_max_tokens, seed=derive_seed(seed, STUDENT, step, j),
                               stop_token_ids=self.stop_ids)
             for j, ((_, student), ids) in enumerate(zip(jobs, student_prompts))
         ]
@@ -271,7 +272,3 @@ def match_results(game: StepGame, match: Match) -> list[TaskResult]:
         if p.teacher == match.teacher and (not p.valid or match.student in p.rhos)
     ]
 
-
-def _seed(seed: int, step: int, phase: int, index: int) -> int:
-    """A request's sampling seed from (run seed, step, phase, index): resumes replay exactly."""
-    return (seed * 1_000_003 + step * 7_919 + phase * 104_729 + index) % (2**31 - 1)

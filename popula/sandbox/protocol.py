@@ -1,8 +1,8 @@
 """The sandbox pool's interface: what the run, evaluation and retention verify records through.
 
 The local `Sandbox` (forked jail workers in this process) and the Ray proxy
-(`popula.run.ray_workers.RaySandbox`, sandbox actors on a cluster) both satisfy it, so the
-callers cannot tell where verification runs; the builders (`popula/run/builders.py`) decide.
+(`popula.run.parts.ray.workers.RaySandbox`, sandbox actors on a cluster) both satisfy it, so the
+callers cannot tell where verification runs; the builders (`popula/run/parts/builders.py`) decide.
 """
 
 from __future__ import annotations

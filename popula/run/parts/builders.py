@@ -4,7 +4,7 @@
 own processes), `popula eval`, `popula retention`, the learning ladder and the benchmarks
 all get their parts here, so the device, precision, LoRA slots, engine settings and sandbox
 isolation of a run cannot drift between the paths that use them. Where the parts run is
-decided one level up (`popula/run/workers.py`).
+decided one level up (`popula/run/parts/workers.py`).
 
 Left to their layer's own constructor, on purpose: code below `popula/run` that has no run
 config (the tiny base's build and its held-out score, task generation, `popula verify`), and

@@ -3,7 +3,7 @@
 `PopulationRun` talks to its parts only through their Protocols (`Engine.generate`,
 `SandboxPool.verify`, `Learner.step` ...), so where they run is decided here and nowhere
 else: in this process by default, or as Ray actors on a cluster (same methods, same step
-loop). Either way each part is constructed by `popula/run/builders.py`, the one place that
+loop). Either way each part is constructed by `popula/run/parts/builders.py`, the one place that
 turns a config into an engine, a sandbox pool or a learner.
 """
 
@@ -20,9 +20,9 @@ from popula.engines.registry import engine_spec
 from popula.engines.shared import Sharing, SharingEngine
 from popula.errors import PopulaError
 from popula.learner.protocol import Learner
-from popula.run.builders import build_engine, build_learner, build_sandbox, n_adapters, runtime_of
-from popula.run.ray_placement import RayReservation, reserve
-from popula.run.ray_workers import build_ray as start_actors
+from popula.run.parts.builders import build_engine, build_learner, build_sandbox, n_adapters, runtime_of
+from popula.run.parts.ray.placement import RayReservation, reserve
+from popula.run.parts.ray.workers import build_ray as start_actors
 from popula.runtime import Runtime
 from popula.sandbox.protocol import SandboxPool
 
@@ -68,7 +68,7 @@ def build_workers(cfg: Config, base_path: str | Path, reservation: RayReservatio
 
 
 def build_ray(cfg: Config, base_path: str | Path, reservation: RayReservation | None = None) -> Workers:
-    """Engines, sandboxes and learner as Ray actors (popula.run.ray_workers), behind proxies."""
+    """Engines, sandboxes and learner as Ray actors (popula.run.parts.ray.workers), behind proxies."""
     engine, sandbox, learner, held = start_actors(cfg, base_path, n_adapters(cfg), reservation)
 
     def release() -> None:

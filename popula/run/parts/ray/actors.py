@@ -1,10 +1,10 @@
 """The run's Ray actors: what runs in the actor processes, and the files shipped to them.
 
-Each actor builds its part with the run's own builders (`popula/run/builders.py`), from the
+Each actor builds its part with the run's own builders (`popula/run/parts/builders.py`), from the
 run's config, so an actor's engine, sandbox pool or learner is the one a local run would
 build. This module is what an actor process imports: it loads no torch itself (a sandbox
-actor never needs it). The driver-side proxies and start-up are `popula/run/ray_workers.py`,
-placement `popula/run/ray_placement.py`.
+actor never needs it). The driver-side proxies and start-up are `popula/run/parts/ray/workers.py`,
+placement `popula/run/parts/ray/placement.py`.
 
 No shared file system is assumed. Adapter versions live on the driver's disk (AdapterStore);
 the engine proxy ships each version's files (adapter_config.json + adapter_model.safetensors)
@@ -29,7 +29,7 @@ from popula.config import Config
 from popula.engines.base import GenerationRequest, Sample
 from popula.errors import PopulaError
 from popula.records import TaskRecord, VerifyResult
-from popula.run.builders import build_engine, build_learner, build_sandbox
+from popula.run.parts.builders import build_engine, build_learner, build_sandbox
 from popula.runtime import Runtime
 
 

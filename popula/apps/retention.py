@@ -1,9 +1,8 @@
-"""Retention: do evolution children keep their parents' ability? Both ways popula measures it.
+"""Retention on a run directory: do evolution children keep their parents' ability?
 
-- In the run (`record_early_rewards`): each young child's mean reward of a step beside its
-  alive parents', in the step's metrics row and in the child's `early_rewards` in league.json.
-- On a run directory (`measure_run`, `popula retention`): children made afresh with every
-  operator, scored and trained on fixed task sets, as follows.
+`measure_run` (`popula retention`): children made afresh with every operator, scored and
+trained on fixed task sets, as follows. (In the run, `popula.run.early_rewards` records each
+young child's reward beside its parents'.)
 
 `evolution.measure_retention` owns the protocol (parents' reward, the child's at
 creation and after each update step, steps to recover 95% of the parents' level); this
@@ -40,22 +39,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, delta_norm, format_retention_table, measure_retention
 from popula.adapters import AdapterStore, read_adapter
+from popula.apps.targets import run_adapter
 from popula.config import load_config
 from popula.engines.base import GenerationRequest
 from popula.errors import PopulaError
-from popula.eval.evaluate import EvalSettings, context_limit, encode_prompt, evaluate, judge
+from popula.eval.evaluate import EvalSettings, context_limit, evaluate, judge
 from popula.league import League
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model
 from popula.rewards import student_reward
-from popula.run.builders import build_engine, build_learner, build_sandbox, runtime_of
-from popula.run.selfplay import StepGame
-from popula.run.targets import run_adapter
+from popula.run.parts.builders import build_engine, build_learner, build_sandbox, runtime_of
+from popula.seeds import RETENTION, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
@@ -158,30 +157,6 @@ def format_report(report: RetentionReport) -> str:
     for r in report.results:
         lines.append(f"  {r.operator:<12} " + " ".join(f"{x:7.3f}" for x in r.rewards))
     return "\n".join(lines)
-
-
-def record_early_rewards(league: League, game: StepGame, step: int, min_age: int) -> list[dict[str, Any]]:
-    """Each young evolved child's mean reward this step beside its alive parents' (in-run retention).
-
-    Young: not yet ready to be replaced (age < evolution.min_age). The figures go to the
-    metrics row (returned) and to the child's `early_rewards` in league.json.
-    """
-    rewards: dict[str, list[float]] = {}
-    for p in game.proposals:
-        rewards.setdefault(p.teacher, []).append(p.reward)
-    for a in game.attempts:
-        rewards.setdefault(a.student, []).append(a.reward)
-    mean = {m: float(np.mean(r)) for m, r in rewards.items()}
-    out = []
-    for member in league.members.values():
-        if not member.alive or not member.parents or member.age(step) > min_age:
-            continue
-        parents = [mean[p] for p in member.parents if p in mean]
-        entry = (step, mean.get(member.name), float(np.mean(parents)) if parents else None)
-        member.early_rewards.append(entry)
-        out.append({"member": member.name, "age": member.age(step), "reward": entry[1],
-                    "parents_reward": entry[2]})
-    return out
 
 
 def measure_run(run_dir: str | os.PathLike, settings: RetentionSettings = RetentionSettings(), *,
@@ -362,7 +337,7 @@ class _Bench:
         prompts = self.train_prompts
         requests = [GenerationRequest(prompt_ids=ids, adapter=ref, n=g.rollouts, temperature=g.temperature,
                                       top_p=g.top_p, max_tokens=self._room(ids),
-                                      seed=_train_seed(self.settings.seed, step, i), stop_token_ids=self.stops)
+                                      seed=derive_seed(self.settings.seed, RETENTION, step, i), stop_token_ids=self.stops)
                     for i, ids in enumerate(prompts)]
         results = self.engine.generate(requests)
         answers = [[self.fmt.parse_answer(s.text, t.type) for s in r.samples]
@@ -385,8 +360,4 @@ class _Bench:
         if name in self.learner.adapters:
             self.learner.remove_adapter(name)
 
-
-def _train_seed(seed: int, step: int, index: int) -> int:
-    """Sampling seed of training request `index` at update `step`: fresh each step, equal across operators."""
-    return (seed * 1_000_003 + (step + 1) * 7_919 + 52_361 + index) % (2**31 - 1)
 

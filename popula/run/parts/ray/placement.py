@@ -8,7 +8,7 @@ can never fit the cluster (more than its total, or more than any node has) is re
 otherwise all actors are reserved together as one placement group, and a reservation still
 pending after `ray.pending_timeout_s` is refused the same way: exit 2, naming each actor's ask
 and the cluster's resources. Releasing the reservation also shuts down a local cluster the
-run started (`popula.run.ray_cluster`).
+run started (`popula.run.parts.ray.cluster`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popula.config import Config
 from popula.errors import PopulaError
-from popula.run.ray_cluster import LocalCluster, connect
+from popula.run.parts.ray.cluster import LocalCluster, connect
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from popula.adapters import CONFIG_FILE, WEIGHTS_FILE, base_identity
 from popula.errors import PopulaError
 from popula.league import League
 from popula.run.metrics import latest_heldout
-from popula.run.targets import best_student, is_run_dir, run_adapter
+from popula.apps.targets import best_student, is_run_dir, run_adapter
 
 CARD = "README.md"
 

@@ -8,7 +8,7 @@ engine session (`popula.eval.population` summarises them).
 
 The evaluation itself (generate, judge, pass@k) is `popula.eval`, which the run loop also
 uses; this module lives in the run package because it needs the run's builders
-(`popula.run.builders`), the league and the run directory, so that `popula.eval` need not
+(`popula.run.parts.builders`), the league and the run directory, so that `popula.eval` need not
 import them.
 """
 
@@ -29,9 +29,9 @@ from popula.eval.evaluate import EvalReport, EvalSettings, context_limit, evalua
 from popula.eval.population import MemberEval, PopulationReport, population_report
 from popula.league import League, Member
 from popula.model.base import resolve_base_model
-from popula.run.rundir import member_adapter
-from popula.run.builders import build_engine, build_sandbox, runtime_of
 from popula.records import read_records
+from popula.run.parts.builders import build_engine, build_sandbox, runtime_of
+from popula.run.rundir import member_adapter
 
 
 @dataclass

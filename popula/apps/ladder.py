@@ -29,13 +29,14 @@ import numpy as np
 from popula.adapters import AdapterRef, AdapterStore
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest
-from popula.eval.evaluate import encode_prompt
 from popula.learner import Rollout
 from popula.records import TaskRecord
 from popula.rewards import solve_rate, student_reward, teacher_reward
-from popula.run.builders import build_learner
+from popula.run.parts.builders import build_learner
 from popula.runtime import Runtime
 from popula.sandbox import SandboxPool
+from popula.seeds import LADDER, derive_seed
+from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
 
@@ -90,8 +91,8 @@ class Ladder:
         self._calls += 1
         temperature = g.temperature if temperature is None else temperature
         requests = [GenerationRequest(prompt_ids=ids, adapter=adapter, n=n, temperature=temperature, top_p=g.top_p,
-                                      max_tokens=max_tokens, seed=(self.cfg.seed * 7919 + self._calls * 104_729 + i)
-                                      % (2**31 - 1), stop_token_ids=self.stops)
+                                      max_tokens=max_tokens, seed=derive_seed(self.cfg.seed, LADDER, self._calls, i),
+                                      stop_token_ids=self.stops)
                      for i, ids in enumerate(prompts)]
         return self.engine.generate(requests)
 

@@ -11,9 +11,9 @@ path. What changes is where the work happens:
 - One learner actor (`learner_gpus`/`learner_cpus`) holds every adapter's weights and AdamW state.
   Its proxy's methods are plain forwarding, built from the `Learner` Protocol by `forward`.
 
-`build_ray` starts the actors inside the run's reservation (`popula.run.ray_placement`, on the
-cluster of `popula.run.ray_cluster`) and hands back the proxies. The actors themselves, and how
-adapter and base files reach them without a shared file system, are `popula/run/ray_actors.py`;
+`build_ray` starts the actors inside the run's reservation (`popula.run.parts.ray.placement`, on the
+cluster of `popula.run.parts.ray.cluster`) and hands back the proxies. The actors themselves, and how
+adapter and base files reach them without a shared file system, are `popula/run/parts/ray/actors.py`;
 every actor builds its part with the run's builders.
 
 Faults: engine and sandbox actors are created with `max_restarts` and `max_task_retries`, so
@@ -41,8 +41,8 @@ from popula.engines.base import GenerationRequest, GenerationResult
 from popula.errors import PopulaError
 from popula.learner.protocol import Learner
 from popula.records import TaskRecord, VerifyResult
-from popula.run.ray_actors import EngineActor, LearnerActor, SandboxActor, directory_bundle
-from popula.run.ray_placement import RayReservation, reserve
+from popula.run.parts.ray.actors import EngineActor, LearnerActor, SandboxActor, directory_bundle
+from popula.run.parts.ray.placement import RayReservation, reserve
 from popula.runtime import Runtime
 
 BASE_SHIP_LIMIT = 4 << 30  # a base directory above this is not pushed through the object store
