@@ -71,6 +71,7 @@ def test_json_output_is_one_object_for_tools(tmp_path, capsys):
 def test_plot_writes_a_png_of_rating_trajectories(tmp_path, capsys):
     run_dir, _ = _run_dir(tmp_path)
     out = tmp_path / "plots" / "ratings.png"
+    out.parent.mkdir()  # a missing folder is refused in one line (tests/test_cli_errors.py)
     assert popula.cli.main(["leaderboard", str(run_dir), "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot: {out}" in capsys.readouterr().out
