@@ -28,7 +28,7 @@ from popula.eval.evaluate import EvalSettings, evaluate
 from popula.model import coldstart, registry
 from popula.model.hub import check_hub_id
 from popula.model.corpus import ExampleSampler, build_pool
-from popula.model.recipe import TinyRecipe
+from popula.model.recipe import MARKER, TinyRecipe
 from popula.model.shipped import install_shipped
 from popula.model.registry import cache_root
 from popula.model.tokenizer import train_tokenizer
@@ -39,7 +39,6 @@ from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 from popula.tasks.prompts import CompactFormat, write_format
 
 TINY = "tiny"
-MARKER = "popula_tiny.json"  # written next to the weights: the recipe and what the build did
 
 
 def tiny_path(recipe: TinyRecipe) -> Path:

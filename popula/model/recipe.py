@@ -19,6 +19,7 @@ from popula.errors import PopulaError
 
 # Bump when the build code changes what a recipe means (training loop, corpus mix).
 BUILD_VERSION = 4
+MARKER = "popula_tiny.json"  # written next to a build's weights: the recipe and what the build did
 
 
 @dataclass(frozen=True)

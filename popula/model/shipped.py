@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from popula.errors import PopulaError
-from popula.model.recipe import TinyRecipe
+from popula.model.recipe import MARKER, TinyRecipe
 from popula.permissions import follow_umask
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
@@ -63,8 +63,6 @@ def install_shipped(dest: Path, recipe: TinyRecipe) -> bool:
 
 def ship(built: Path) -> dict[str, str]:
     """Make `built` (a finished build of the default recipe) the shipped build; returns the manifest."""
-    from popula.model.base import MARKER  # deferred: base imports this module
-
     summary = json.loads((built / MARKER).read_text())
     if summary.get("stopped_early"):
         raise PopulaError(f"{built}: a build cut short by --minutes is weaker than its recipe; ship a whole one")
