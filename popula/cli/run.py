@@ -104,4 +104,5 @@ def run(args: argparse.Namespace) -> int:
 def _extra(args: argparse.Namespace) -> list[str]:
     """The flags a resume must repeat to run what was asked (the config's own keys are in RUN_DIR)."""
     extra = [] if args.steps is None else ["--steps", str(args.steps)]
+    extra += [] if args.seed is None else ["--seed", str(args.seed)]
     return extra + [f"--set={o}" for o in args.overrides]
