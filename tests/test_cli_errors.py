@@ -112,8 +112,10 @@ def test_plot_out_naming_a_file_is_refused(tmp_path):
     assert target.read_bytes() == b"mine"
 
 
-def test_leaderboard_plot_into_a_missing_folder_is_refused(tmp_path):
-    refused(popula("leaderboard", str(tmp_path), "--plot", str(tmp_path / "no" / "r.png")), "does not exist")
+def test_leaderboard_plot_under_a_file_is_refused(tmp_path):
+    (tmp_path / "notes").write_text("mine")
+    refused(popula("leaderboard", str(tmp_path), "--plot", str(tmp_path / "notes" / "r.png")), "is a file, not a folder")
+    assert (tmp_path / "notes").read_text() == "mine"
 
 
 def test_export_into_a_folder_that_holds_files_is_refused_and_leaves_them(tmp_path):

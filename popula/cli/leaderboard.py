@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from popula.cli.help import add_command
-from popula.cli.paths import check_out_file
+from popula.cli.paths import check_out_folder
 from popula.errors import PopulaError
 from popula.league import League
 from popula.eval.correlation import rank_correlation
@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.run_dir.is_dir():
         raise PopulaError(f"{args.run_dir}: no such run directory")
     if args.plot:
-        check_out_file(args.plot, "--plot")
+        if args.plot.is_dir():
+            raise PopulaError(f"--plot {args.plot} is a folder; give a file name, e.g. {args.plot / 'ratings.png'}")
+        check_out_folder(args.plot.parent, "--plot")  # created when missing, as before
     league = League.load(args.run_dir / "league.json")
     rows = standings(league, latest_heldout(args.run_dir))
     spearman = heldout_spearman(rows)

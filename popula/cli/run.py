@@ -11,7 +11,7 @@ from popula.cli.exits import INTERRUPTED
 from popula.cli.help import add_command
 from popula.config import load_config
 from popula.kinds import task_types
-from popula.run.rundir import check_run_dir, resume_point
+from popula.run.rundir import RunDirLock, check_run_dir, resume_point
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if resume:
         start = resume_point(run_dir, step)
         if start >= cfg.run.steps:
+            with RunDirLock(run_dir):  # a run still going in it is not finished: that refusal comes first
+                pass
             print(f"popula run: {run_dir} is finished (step {start} of {cfg.run.steps}); to train it further, "
                   f"resume with more --steps")
             return 0
@@ -102,4 +104,5 @@ def run(args: argparse.Namespace) -> int:
 def _extra(args: argparse.Namespace) -> list[str]:
     """The flags a resume must repeat to run what was asked (the config's own keys are in RUN_DIR)."""
     extra = [] if args.steps is None else ["--steps", str(args.steps)]
+    extra += [] if args.seed is None else ["--seed", str(args.seed)]
     return extra + [f"--set={o}" for o in args.overrides]

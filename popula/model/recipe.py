@@ -25,6 +25,7 @@ from popula.tasks.prompts import CompactFormat, InstructFormat
 
 # Bump when the build code changes what a recipe means (training loop, corpus mix).
 BUILD_VERSION = 4
+MARKER = "popula_tiny.json"  # written next to a build's weights: the recipe and what the build did
 
 
 
