@@ -28,10 +28,6 @@ BUILD_VERSION = 4
 MARKER = "popula_tiny.json"  # written next to a build's weights: the recipe and what the build did
 
 
-
-MARKER = "popula_tiny.json"  # written next to a build's weights: the recipe and what the build did
-
-
 @dataclass(frozen=True)
 class TinyRecipe:
     """How to build the tiny base: tokenizer, model shape, corpus and training budget."""
