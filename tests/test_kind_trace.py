@@ -91,7 +91,7 @@ def test_generated_tasks_of_the_test_kind_are_judged_by_the_real_sandbox(trace, 
     assert [(t.type, len(t.inputs), len(t.outputs), t.message) for t in tasks] == [("code_t", 1, 1, "")] * 3
     records = []
     for task in tasks:
-        for i, answer in enumerate([task.outputs[0], "object()", "__import__('os').system('true')", "'not it'"]):
+        for i, answer in enumerate([task.outputs[0], "open('x')", "__import__('os').system('true')", "'not it'"]):
             records.append(parse_record({**task.to_json(), "id": f"{task.id}-{i}", "answer": answer}, "x"))
     records.append(parse_record(_task(id="fresh", answer="[3, 2, 1]"), "x"))  # validated and judged in one go
     results = sandbox.verify(records)
