@@ -48,7 +48,7 @@ def write_batches(path: Path, n_tasks: int, n_jobs: int, batch: int) -> None:
         plan = plan_record(task, Limits())
         if plan.validate is not None:
             for masks in ((0x5A5A5A5A5A5A5A5A, 0x15A5A5A5A5A5A5A5), (0xA5A5A5A5A5A5A5A5, 0x0A5A5A5A5A5A5A5A)):
-                jobs.append((len(jobs), *plan.validate, *masks, os.urandom(48)))
+                jobs.append((len(jobs), *plan.validate, *masks, os.urandom(4)))
     with path.open("wb") as out:
         for start in range(0, n_jobs + batch, batch):
             frame = marshal.dumps([jobs[k % len(jobs)] for k in range(start, start + batch)])
@@ -83,7 +83,7 @@ def measure(jobs_file: str, cfg: dict, n_jobs: int, batch: int) -> dict:
             fd = os.memfd_create("popula-job", os.MFD_CLOEXEC)
             os.write(fd, marshal.dumps(job[1:]))
             sealed_fds.append(fd)
-            batch.append((job[0], "sealed", fd))
+            batch.append((job[0], fd))
         return batch
 
     zygote._run_batch(next_batch(), cfg, prepared)  # warm-up

@@ -79,7 +79,9 @@ _MAX_BATCH = 32
 _MAX_ATTEMPTS = 3
 TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
 _ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
-_NOISE_BYTES = 48  # a run's placement noise (zygote._jitter_heap)
+# a job's run 0 masks (run 1 has their complements): fixed, so they carry no entropy to a job
+_FIRST_ID_MASK, _FIRST_HASH_MASK = 0x5A5A_C3C3_0F0F_9696, 0x0A5A_C3C3_0F0F_9696
+_NOISE_BYTES = 4  # a run's placement noise: one byte each for zygote._jitter_heap's pads
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
 ISOLATIONS = ("jail", "none")
@@ -175,8 +177,6 @@ class _Group:
     job: Job
     lane: str
     need: int
-    id_mask: int = 0x5A5A_C3C3_0F0F_9696  # runs 0 and 1: fixed, so they carry no entropy to a job
-    hash_mask: int = 0x0A5A_C3C3_0F0F_9696
     dispatched: int = 0
     used: set[int] = field(default_factory=set)
     runs: list[RunResult] = field(default_factory=list)
@@ -190,9 +190,9 @@ class _Group:
         the fixed pair; and a job that reads its masks directly learns nothing random."""
         noise = secrets.token_bytes(_NOISE_BYTES)
         if run == 0:
-            return self.id_mask, self.hash_mask, noise
+            return _FIRST_ID_MASK, _FIRST_HASH_MASK, noise
         if run == 1:
-            return self.id_mask ^ _ID_BITS, self.hash_mask ^ _HASH_BITS, noise
+            return _FIRST_ID_MASK ^ _ID_BITS, _FIRST_HASH_MASK ^ _HASH_BITS, noise
         return secrets.randbits(64), secrets.randbits(61), noise
 
 
@@ -527,7 +527,7 @@ class Sandbox:
                 data = memoryview(marshal.dumps(job[1:]))
                 while data:
                     data = data[os.write(fd, data):]
-            self._send(worker, marshal.dumps([(job[0], "sealed", k) for k, job in enumerate(jobs)]))
+            self._send(worker, marshal.dumps([(job[0], k) for k, job in enumerate(jobs)]))
             socket.send_fds(worker.seal_sock, [b"\0"], sealed)
         finally:
             for fd in sealed:

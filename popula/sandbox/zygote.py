@@ -53,7 +53,7 @@ later), and a run that reads them says so, which gets the task more runs
 
 Protocol with the pool (the two pipe fds named in CONFIG_JSON, and a socket for the jobs'
 memfds): frames of a 4-byte big-endian length and a payload. Pool -> worker: marshal of a
-list of (position, "sealed", k) for a batch, and the batch's memfds over the socket
+list of (position, k) for a batch, and the batch's memfds over the socket
 (SCM_RIGHTS); memfd k holds the marshal of one job (program_code, arg_codes, id_mask,
 hash_mask, noise), read only by that job's own jailed process. Every job has this one
 shape: an argument list is the code of a lambda returning (args, kwargs) (plan.py), and
@@ -889,13 +889,14 @@ def _jitter_heap(noise):
     allocations land elsewhere in every run. Kept to those few classes: every class
     padded costs the job a copied page or two.
     """
-    if len(noise) < 44:
+    if not noise:
         return  # the worker's own warm-up
+    pages, objects, classes = noise[0], noise[1], noise[2:]
     pad = _HEAP_PAD
-    pad.append(mmap.mmap(-1, (1 + noise[40]) * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
-    pad.append([object() for _ in range(noise[0])])  # 16-byte blocks: address bits 4 to 11
-    for i, size in enumerate(_JITTERED_CLASSES):  # bytes of size-7 bytes take blocks of `size`
-        pad.extend(bytes(size - 40) + bytes((k,)) for k in range(noise[1 + i] % 16))
+    pad.append(mmap.mmap(-1, (1 + pages) * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+    pad.append([object() for _ in range(objects)])  # 16-byte blocks: address bits 4 to 11
+    for size, count in zip(_JITTERED_CLASSES, classes):  # bytes of size-7 bytes take blocks of `size`
+        pad.extend(bytes(size - 40) + bytes((k,)) for k in range(count % 16))
 
 
 def _represent(value, limit):
@@ -1004,15 +1005,14 @@ def _warm_up(prepared, cfg):
 
 
 def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
-    """The life of one job's process: drop the batch parent's fds (and other sealed jobs'),
-    finish the jail, read its job if it is sealed, run, report once, exit. (0-2 are
+    """The life of one job's process: drop the batch parent's fds (and the other jobs'),
+    finish the jail, read its job from its memfd, run, report once, exit. (0-2 are
     /dev/null already; the batch parent holds no other fds.)"""
     try:
         for fd in parent_fds:
             os.close(fd)
         _jail_job(cfg, parent_pid)
-        if job[1] == "sealed":
-            job = _unseal(job)
+        job = _unseal(job)
         _jitter_heap(job[5])
         result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
@@ -1029,9 +1029,9 @@ def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
 
 
 def _unseal(job):
-    """A sealed job (job_id, "sealed", fd): its contents, read from its memfd by the job's own
-    jailed process (the worker and batch parent never read it)."""
-    job_id, _, fd = job
+    """A job (job_id, fd): its contents, read from its memfd by the job's own jailed process
+    (the worker and batch parent never read it)."""
+    job_id, fd = job
     size = os.fstat(fd).st_size
     inner = marshal.loads(os.pread(fd, size, 0))
     os.close(fd)
@@ -1055,22 +1055,21 @@ def _close_all_but(keep):
 _BATCH_NOFILE = 16
 
 
-def _raise_sealed(jobs, sealed):
-    """Move the sealed jobs' fds to numbers at or above _BATCH_NOFILE: the limit bounds only
-    new fds, and a batch of up to 32 sealed jobs would otherwise take every number a job's
-    result pipe needs. Each moves to the lowest free number from there (F_DUPFD), so all stay
-    below whatever RLIMIT_NOFILE the worker runs under (a soft 1024 is plenty; the pool
-    refuses to start below what it and its workers need, pool.check_open_file_limit).
-    Returns the jobs and the fds renumbered."""
-    moved = {}
-    for fd in sealed:
+def _raise_sealed(jobs):
+    """Move the jobs' memfds to numbers at or above _BATCH_NOFILE: the limit bounds only new
+    fds, and a batch of up to 32 jobs would otherwise take every number a job's result pipe
+    needs. Each moves to the lowest free number from there (F_DUPFD), so all stay below
+    whatever RLIMIT_NOFILE the worker runs under (a soft 1024 is plenty; the pool refuses to
+    start below what it and its workers need, pool.check_open_file_limit). Returns the jobs
+    with their fds renumbered."""
+    moved = []
+    for job_id, fd in jobs:
         if fd < _BATCH_NOFILE:
-            moved[fd] = fcntl.fcntl(fd, fcntl.F_DUPFD, _BATCH_NOFILE)
+            raised = fcntl.fcntl(fd, fcntl.F_DUPFD, _BATCH_NOFILE)
             os.close(fd)
-        else:
-            moved[fd] = fd
-    jobs = [(job[0], "sealed", moved[job[2]]) if job[1] == "sealed" else job for job in jobs]
-    return jobs, list(moved.values())
+            fd = raised
+        moved.append((job_id, fd))
+    return moved
 
 
 def _batch_parent(jobs, cfg, prepared, write_fd):
@@ -1081,20 +1080,19 @@ def _batch_parent(jobs, cfg, prepared, write_fd):
     try:
         for fd in (0, 1, 2):
             os.dup2(_DEVNULL, fd)  # the worker's stderr stays with the pool
-        sealed = [job[2] for job in jobs if job[1] == "sealed"]
-        _close_all_but({write_fd, *sealed})  # the pool's pipes, /dev/null's extra fd, ...
-        jobs, sealed = _raise_sealed(jobs, sealed)
+        _close_all_but({write_fd, *(fd for _, fd in jobs)})  # the pool's pipes, /dev/null's extra fd
+        jobs = _raise_sealed(jobs)
+        sealed = [fd for _, fd in jobs]
         _jail_batch(cfg)
         # the batch's code objects and the worker's later objects join the frozen
         # generation: a job's collections then never walk (and copy-on-write) their pages
         gc.freeze()
         me = os.getpid()
         for job in jobs:
-            others = [fd for fd in sealed if job[1] != "sealed" or fd != job[2]]
+            others = [fd for fd in sealed if fd != job[1]]
             _send(write_fd, marshal.dumps((job[0], _run_job(job, cfg, prepared, me, write_fd, others))))
-            if job[1] == "sealed":
-                os.close(job[2])  # later jobs' children do not inherit it
-                sealed.remove(job[2])
+            os.close(job[1])  # later jobs' children do not inherit it
+            sealed.remove(job[1])
     except BaseException:
         os._exit(_INTERNAL_ERROR)
     os._exit(0)
@@ -1125,7 +1123,7 @@ def _probe_jail(cfg):
                 if child == 0:
                     try:
                         _jail_job(cfg, parent)
-                        _jitter_heap(bytes(range(48)))
+                        _jitter_heap(bytes(range(1, 5)))
                         message = b"ok"
                         if cfg["userns"]:
                             if os.listdir("/") or cfg["_capabilities"][1]():
@@ -1259,7 +1257,7 @@ def _fork():
 
 def _run_job(job, cfg, prepared, parent_pid, parent_fd, others=()):
     """In a batch parent: fork a fresh child for one job; its result (JSON bytes). `others`:
-    the other sealed jobs' fds, which the child closes before anything else."""
+    the other jobs' memfds, which the child closes before anything else."""
     read_fd, write_fd = os.pipe()
     deadline = time.monotonic() + cfg["wall_s"]
     pid = _fork()
@@ -1433,10 +1431,10 @@ def main():
 
 
 def _receive_seals(cfg, jobs):
-    """For a batch of sealed jobs (a student worker's): receive their memfds from the pool
-    (SCM_RIGHTS, in job order) and put each fd in its job, in place of its index. Returns
-    the fds, which the worker closes after the batch."""
-    count = sum(1 for job in jobs if job[1] == "sealed")
+    """For a batch: receive its jobs' memfds from the pool (SCM_RIGHTS, in job order) and put
+    each fd in its job, in place of its index. Returns the fds, which the worker closes after
+    the batch."""
+    count = len(jobs)
     if not count:
         return []
     import _socket
@@ -1450,9 +1448,8 @@ def _receive_seals(cfg, jobs):
         for level, kind, data in ancillary:
             if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                 fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
-    for k, job in enumerate(jobs):
-        if job[1] == "sealed":
-            jobs[k] = (job[0], "sealed", fds[job[2]])
+    for k, (job_id, index) in enumerate(jobs):
+        jobs[k] = (job_id, fds[index])
     return fds
 
 
