@@ -165,15 +165,22 @@ def test_impossible_lora_is_refused_before_the_run_directory_is_touched(base, tm
     assert not out.exists()
 
 
-def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "popula", *args(base, out, 100_000, "--set=run.checkpoint_every=100")]  # never finishes by itself
+def _run_past_its_first_step(base, out, poll_s: float) -> subprocess.Popen:
+    """`popula run` in a process of its own, for steps it never finishes by itself, once its
+    first step is in metrics.jsonl."""
+    cmd = [sys.executable, "-m", "popula", *args(base, out, 100_000, "--set=run.checkpoint_every=100")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 600
     while not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl"):
         assert proc.poll() is None, "the run died on its own"
         assert time.monotonic() < deadline, "no step within 10 minutes"
-        time.sleep(0.5)
+        time.sleep(poll_s)
+    return proc
+
+
+def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
+    out = tmp_path / "run"
+    proc = _run_past_its_first_step(base, out, poll_s=0.5)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 130, output  # a script tells an interrupted run from a finished one
@@ -188,13 +195,7 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_cleanly(base, tmp_path):
 
 def test_a_second_ctrl_c_stops_at_once_and_the_last_finished_step_resumes(base, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "popula", *args(base, out, 100_000, "--set=run.checkpoint_every=100")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 600
-    while not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl"):
-        assert proc.poll() is None, "the run died on its own"
-        assert time.monotonic() < deadline, "no step within 10 minutes"
-        time.sleep(0.2)
+    proc = _run_past_its_first_step(base, out, poll_s=0.2)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)  # most likely inside the next step's play, which is then abandoned
     proc.send_signal(signal.SIGINT)

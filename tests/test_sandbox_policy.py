@@ -97,6 +97,16 @@ def test_generated_code_compiles_without_raising_syntax_warnings():
     assert [str(w.message) for w in caught] == []
 
 
+def _names(code: CodeType) -> set[str]:
+    """Every name the code and the code objects nested in it use."""
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    return names
+
+
 @pytest.mark.parametrize(
     "program",
     [
@@ -111,12 +121,7 @@ def test_generated_code_compiles_without_raising_syntax_warnings():
 def test_format_on_any_template_compiles_with_its_reads_checked(program):
     code = compile_program(program, CAP)
     assert isinstance(code, CodeType)
-    names = set()
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    names = _names(code)
     literal_only = "'{0.real} {p.imag}'" in program or "a.format = 1" in program
     assert ("__popula_format__" in names) is not literal_only
 
@@ -170,12 +175,7 @@ def test_reads_of_class_and_the_datetime_and_calendar_modules_are_allowed(progra
 def test_dict_reads_compile_as_checked_calls(program):
     code = compile_program(program, CAP)
     assert isinstance(code, CodeType)
-    names = set()
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    names = _names(code)
     assert ("__popula_format__" in names) is ("__dict__" in program)
 
 
