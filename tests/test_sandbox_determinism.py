@@ -4,7 +4,8 @@ be a plain value, checked before any of the task's code could change it.
 
 Each probe below is one of a class: sets built without a set display (dict views, names
 reached by string), identity hashes of singletons and NaN, combinations of mask bits that
-a complemented mask leaves unchanged, outputs that are not values.
+a complemented mask leaves unchanged, addresses in the reprs of C types and in library
+code's own id() results, the memory a run has, outputs that are not values.
 """
 
 from __future__ import annotations
@@ -56,6 +57,26 @@ COIN_FLIPS = [
     # text no run controls (an address, a set's order), read back from a caught exception
     ("address_in_error_message", "def f(x):\n    try:\n        raise ValueError(object())\n"
      "    except ValueError as err:\n        return (int(str(err)[-5:-1], 16) >> 4) & 1", "0"),
+    # addresses in the reprs of C types: functions, lambdas, generators, bound built-in
+    # methods, iterators, code objects, cells (one hex digit of each, read as a bit)
+    ("lambda_repr_digit", "def f(x):\n    return str(lambda: 0)[-4] in '02468ace'", "0"),
+    ("function_repr_digit", "def f(x):\n    def g():\n        pass\n    return repr(g)[-3] in '02468ace'", "0"),
+    ("generator_repr_digit", "def f(x):\n    return repr(i for i in [x])[-2] in '02468ace'", "0"),
+    ("builtin_method_repr_digit", "def f(x):\n    return repr([].append)[-3] in '02468ace'", "0"),
+    ("map_repr_digit", "def f(x):\n    return f'{map(int, [])}'[-2] in '02468ace'", "0"),
+    ("object_repr_via_object", "class A:\n    pass\ndef f(x):\n    return object.__repr__(A())[-2] in '02468ace'", "0"),
+    ("address_in_key_error", "def f(x):\n    try:\n        {}[object()]\n    except KeyError:\n        pass\n"
+     "    return str(KeyError(object()))[-2] in '02468ace'", "0"),
+    # library code that hands out its own id() results: copy.deepcopy's memo
+    ("deepcopy_memo_keys", "import copy\ndef f(x):\n    m = {}\n    copy.deepcopy([x, [x]], m)\n"
+     "    return sorted(k for k in m if k != id(m))[0] % 7", "0"),
+    ("deepcopy_hook_memo", "import copy\nclass A:\n    def __deepcopy__(self, memo):\n        return sorted(memo)[0] % 5\n"
+     "def f(x):\n    return copy.deepcopy([A()])", "0"),
+    # how much memory a run has: it differs between runs, read by going on past a MemoryError
+    ("memory_left_parity", "def f(x):\n    kept = []\n    try:\n        while True:\n            kept.append(bytes(1 << 24))\n"
+     "    except MemoryError:\n        pass\n    return len(kept) % 2", "0"),
+    ("memory_left_bare_except", "def f(x):\n    n = 0\n    kept = []\n    while True:\n        try:\n"
+     "            kept.append(bytes(1 << 23))\n            n += 1\n        except:\n            return n % 3", "0"),
 ]
 
 
@@ -71,6 +92,10 @@ DETERMINISTIC = [
     ("hash_of_int", "def f(x):\n    return hash(x) % 7", "12345"),
     ("hash_equal_strings", "def f(s):\n    return hash(s) == hash(s[:])", "'abc'"),
     ("id_identity", "def f(x):\n    y = x\n    return id(x) == id(y)", "[1]"),
+    ("repr_without_address", "import math\ndef f(x):\n    return [repr(len), repr(math), str(int), repr(x)]", "[1]"),
+    ("deepcopy", "import copy\ndef f(x):\n    y = copy.deepcopy(x)\n    y[0].append(2)\n    return x, y", "[[1]]"),
+    ("narrow_handler", "def f(s):\n    try:\n        return int(s)\n    except (ValueError, TypeError):\n        return -1", "'x'"),
+    ("broad_handler", "def f(s):\n    try:\n        return int(s)\n    except Exception:\n        return -1", "'x'"),
 ]
 
 
@@ -96,3 +121,26 @@ NOT_VALUES = [
 def test_an_output_that_is_not_built_of_values_is_refused_unread(strict, name, program, inp):
     [result] = strict.verify([TaskRecord(id=name, type="code_o", program=program, inputs=[inp])])
     assert not result.valid and result.reason == "unrepresentable", (result.reason, result.detail)
+
+
+def test_library_id_calls_are_reviewed():
+    """An allowed module whose code calls id() either keeps the result inside (listed here,
+    read) or hands it to the task and gets the job's masked id (rules.MASKED_ID_MODULES).
+    A new module, or a new call in an upgraded one, fails here until someone reads it."""
+    import importlib
+    import types
+
+    from popula.sandbox import rules
+
+    kept_inside = {"reprlib": "recursion guards keyed by id (dataclasses' own guard likewise)"}
+
+    def calls_id(code: types.CodeType) -> bool:
+        return "id" in code.co_names or any(calls_id(c) for c in code.co_consts if isinstance(c, types.CodeType))
+
+    callers = set()
+    for name in rules.ALLOWED_MODULES | {"reprlib", "dataclasses"}:
+        module = importlib.import_module(name)
+        path = getattr(module, "__file__", None) or ""
+        if path.endswith(".py") and calls_id(compile(open(path).read(), path, "exec")):
+            callers.add(name)
+    assert callers - {"dataclasses"} == set(rules.MASKED_ID_MODULES) | set(kept_inside)

@@ -319,6 +319,24 @@ def test_a_worker_that_cannot_take_the_clock_away_leaves_datetime_and_calendar_o
     assert hasattr(datetime.date, "today")  # nothing was written
 
 
+def test_a_worker_that_cannot_mask_reprs_says_so_and_writes_nothing(monkeypatch):
+    """The address-showing reprs of C types are replaced by lifting their immutable flag,
+    found by value; where the layout differs, nothing is written and the pool is warned
+    (the placement shifts still make such a bit differ between runs, less reliably)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("zygote_under_test", ROOT / "popula" / "sandbox" / "zygote.py")
+    zygote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zygote)
+    other_layout = SimpleNamespace(from_address=lambda address: SimpleNamespace(value=-1))
+    monkeypatch.setattr(zygote, "ctypes", SimpleNamespace(c_ulong=other_layout))
+    warnings: list[str] = []
+    zygote._mask_address_reprs(warnings)
+    assert warnings and "real addresses" in warnings[0]
+    assert repr(len) == "<built-in function len>" and type(object.__repr__).__name__ == "wrapper_descriptor"
+
+
 def test_no_jail_means_no_sandbox_unless_opted_in(monkeypatch):
     """A host where the jail cannot be built: refused with what is missing and how to allow it."""
     if os.geteuid() != 0 or shutil.which("capsh") is None:

@@ -24,6 +24,7 @@ case nothing.
 from __future__ import annotations
 
 import ast
+import builtins
 import dis
 import functools
 import os
@@ -214,8 +215,9 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
     (displays, comprehensions, set()/frozenset(), set methods, dict views, frozenset
     constants, names reached by string or computed name: _SET_NAMES, _SET_METHODS), whose
     iteration order of strings depends on the hash seed, or keep a caught exception, whose
-    message may hold such a set or an address (_binds_exceptions), so its validation needs
-    more runs (pool.py). Needs checked reads: it reads `.format`/`.format_map` or `.__dict__`
+    message may hold such a set or an address (_binds_exceptions), or may go on past a
+    MemoryError, which tells how much memory the run had (_may_outlive_memory_error), so its
+    validation needs more runs (pool.py). Needs checked reads: it reads `.format`/`.format_map` or `.__dict__`
     somewhere, so it must be compiled again with those reads checked (_with_format_checks);
     `rewritten` says it was, and then only .format reads on a literal template may remain
     (checked here).
@@ -234,7 +236,8 @@ def _check_code(code: CodeType, skip_globals: frozenset[str] = frozenset(),
                 _check_const(const, own, rewritten=rewritten)
                 if isinstance(const, frozenset) or (isinstance(const, str) and const in _SET_METHODS):
                     sets = True  # a frozenset constant; a set-building name reached by string
-    if not sets and (_views_with_set_operators(codes, decoded) or _binds_exceptions(decoded)):
+    if not sets and (_views_with_set_operators(codes, decoded) or _binds_exceptions(decoded)
+                     or _may_outlive_memory_error(codes, decoded, own)):
         sets = True
     return sets, reads_format
 
@@ -254,6 +257,40 @@ def _binds_exceptions(decoded: list[list[tuple[int, int]]]) -> bool:
                 after = [o for o, _ in instructions[i + 1 : i + 3] if o not in _JUMPS_IF_FALSE]
                 if after and after[0] in _STORES:
                     return True
+    return False
+
+
+_PUSH_EXC_INFO = dis.opmap["PUSH_EXC_INFO"]
+_LOAD_GLOBAL, _LOAD_NAME, _BUILD_TUPLE = dis.opmap["LOAD_GLOBAL"], dis.opmap["LOAD_NAME"], dis.opmap["BUILD_TUPLE"]
+# Built-in exceptions that never match a MemoryError (all but it and its bases).
+_NARROW_EXCEPTIONS = frozenset(
+    name for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException) and not issubclass(MemoryError, value)
+)
+
+
+def _may_outlive_memory_error(codes: list[CodeType], decoded: list[list[tuple[int, int]]], own: set[str]) -> bool:
+    """Whether some handler of the program could go on after a MemoryError: a bare
+    `except`, `except Exception`, a `with` (contextlib.suppress), a `finally` (it may
+    return), a name the program binds itself. How far a run got before its memory ran out
+    depends on its memory limit, which every run draws anew (zygote._jitter_heap), so such a
+    program gets the large run group; handlers that name only other built-in exceptions
+    (`except (ValueError, KeyError)`) cannot see it and keep two runs."""
+    for code, instructions in zip(codes, decoded):
+        for i, (op, _) in enumerate(instructions):
+            if op != _PUSH_EXC_INFO:
+                continue
+            k = i + 1
+            while k < len(instructions) and instructions[k][0] in (_LOAD_GLOBAL, _LOAD_NAME):
+                load, arg = instructions[k]
+                name = code.co_names[arg >> 1 if load == _LOAD_GLOBAL else arg]
+                if name not in _NARROW_EXCEPTIONS or name in own:
+                    return True
+                k += 1
+            if k < len(instructions) and instructions[k][0] == _BUILD_TUPLE and k > i + 1:
+                k += 1
+            if k == i + 1 or k >= len(instructions) or instructions[k][0] not in _EXC_MATCH:
+                return True
     return False
 
 

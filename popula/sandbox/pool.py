@@ -81,7 +81,7 @@ TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
 _ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
 # a job's run 0 masks (run 1 has their complements): fixed, so they carry no entropy to a job
 _FIRST_ID_MASK, _FIRST_HASH_MASK = 0x5A5A_C3C3_0F0F_9696, 0x0A5A_C3C3_0F0F_9696
-_NOISE_BYTES = 4  # a run's placement noise: one byte each for zygote._jitter_heap's pads
+_NOISE_BYTES = 6  # a run's placement noise: zygote._jitter_heap's pads and its memory cut
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
 ISOLATIONS = ("jail", "none")

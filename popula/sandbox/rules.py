@@ -88,6 +88,13 @@ KEPT_OBJECTS: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+# Library modules that hand a task the results of their own id() calls: copy.deepcopy's
+# `memo` (a task passes its own dict, or receives it in __deepcopy__) is keyed by the
+# addresses of the objects copied. Their global `id` is the job's masked one (zygote.py),
+# so those keys are the per-run numbers id() gives, reported as seeded. The other allowed
+# modules' id() calls stay inside them (tests/test_sandbox_determinism.py lists them).
+MASKED_ID_MODULES: frozenset[str] = frozenset({"copy"})
+
 # Modules that allowed modules import from C at their first use (datetime's strftime and
 # timetuple import time, its strptime _strptime), through the importer of the calling
 # task's builtins. The worker imports them before any job, and its importer hands the

@@ -46,10 +46,11 @@ CLI). Only the explicit `isolation: "none"` skips chroot and the uid change.
 Determinism: a task's validation runs happen in *different* workers (different hash
 seeds, so string hashes and set order differ; different address-space layouts, so id()
 and default reprs differ); each child also shifts its heap and mappings by the run's
-noise (_jitter_heap). `id()` and `hash()` of anything whose hash is not its value's are
-XOR-ed with masks the pool picks per run (complements in a job's first two runs, fresh
-later), and a run that reads them says so, which gets the task more runs
-(_identity_builtins).
+noise, and cuts its memory limit by a random amount (_jitter_heap). `id()`, `hash()` of
+anything whose hash is not its value's, and every address a repr shows are XOR-ed with
+masks the pool picks per run (complements in a job's first two runs, fresh later), and a
+run that reads them says so, which gets the task more runs (_identity_builtins,
+_mask_address_reprs).
 
 Protocol with the pool (the two pipe fds named in CONFIG_JSON, and a socket for the jobs'
 memfds): frames of a 4-byte big-endian length and a payload. Pool -> worker: marshal of a
@@ -380,17 +381,59 @@ def _strip_class_attributes(warnings):
         cls = getattr(sys.modules[module], cls_name)
         if attr not in cls.__dict__:
             continue
-        word = ctypes.c_ulong.from_address(id(cls) + 168)
-        if word.value != cls.__flags__:
+        if not _change_builtin_type(cls, type.__delattr__, attr):
             warnings.append("unknown type layout: datetime and calendar are not importable "
                             "(the clock stays in datetime)")
             return rules.CLOCK_MODULES
-        word.value = cls.__flags__ & ~Py_TPFLAGS_IMMUTABLETYPE
-        try:
-            delattr(cls, attr)
-        finally:
-            word.value = cls.__flags__ | Py_TPFLAGS_IMMUTABLETYPE
     return frozenset()
+
+
+def _change_builtin_type(cls, change, *args):
+    """`change(cls, *args)` (type.__setattr__ or __delattr__) on an immutable C type, its
+    immutability flag lifted for the call, found by value as in _freeze_class. False, and
+    nothing done, when the type's layout is unknown."""
+    word = ctypes.c_ulong.from_address(id(cls) + 168)
+    if word.value != cls.__flags__:
+        return False
+    word.value = cls.__flags__ & ~Py_TPFLAGS_IMMUTABLETYPE
+    try:
+        change(cls, *args)
+    finally:
+        word.value = cls.__flags__ | Py_TPFLAGS_IMMUTABLETYPE
+    return True
+
+
+# The C types whose repr shows an address (CPython's "%p": "<function f at 0x7f...>"), object's
+# default repr standing for every type that inherits it (map, zip, iterators, task classes).
+_ADDRESS_REPR_TYPES = (object, types.FunctionType, types.BuiltinFunctionType, types.MethodWrapperType,
+                       types.CellType, types.CodeType, types.FrameType, types.GeneratorType,
+                       types.CoroutineType, types.AsyncGeneratorType, memoryview)
+_ADDRESS_MASK = [None]  # per job: the text -> masked text function of _identity_builtins
+
+
+def _mask_address_reprs(warnings):
+    """Give every repr that shows an address the job's masked id instead, reported as seeded.
+
+    An address differs between runs only in the bits placement shifts (_jitter_heap), so
+    `str(lambda: 0)[-4]` would agree in two runs more often than not and pass as
+    deterministic. Each type's repr is replaced, for this worker and every job forked from
+    it, by one that calls the real repr and rewrites each " at 0x..." in it with
+    _identity_builtins' masked id of that address (the same number id() gives the object),
+    so such an output differs between runs for certain and gets the large run group. Set
+    on the C types themselves (no allowed name reaches the wrapper's real repr); object's
+    covers every type that inherits its repr, the task's classes included."""
+    reals = [cls.__dict__["__repr__"] for cls in _ADDRESS_REPR_TYPES]
+    for cls, real in zip(_ADDRESS_REPR_TYPES, reals):
+        def __repr__(self, _real=real):  # noqa: N807
+            text = _real(self)
+            mask = _ADDRESS_MASK[0]
+            return text if mask is None else mask(text)
+
+        __repr__.__qualname__ = f"{cls.__name__}.__repr__"
+        if not _change_builtin_type(cls, type.__setattr__, "__repr__", __repr__):
+            warnings.append("unknown type layout: default reprs show real addresses "
+                            "(caught by placement shifts, less reliably)")
+            return
 
 
 def _safe_functools():
@@ -654,8 +697,8 @@ def _identity_builtins():
     is a per-run counter in order of first request (the same in every run of a
     deterministic program), and hash(x) of a seed- or address-hashed value is a keyed
     digest of its content (str, bytes, tuples/frozensets of them) or that counter
-    (identity-hashed objects, None, NaN), and the default repr of a task's class shows that
-    id, not an address; all are XOR-ed with the run's masks, which the
+    (identity-hashed objects, None, NaN), and every repr that shows an address shows that
+    id instead (_mask_address_reprs); all are XOR-ed with the run's masks, which the
     pool chooses per task and run: the second run's are the complement of the first's (so
     any single bit differs for certain), later runs' are fresh random (so any combination of
     bits differs with probability 1/2 per run). A run that reads a masked value says so
@@ -669,11 +712,13 @@ def _identity_builtins():
     real_id, real_hash = builtins.id, builtins.hash
     counters = {}
 
+    def counter(address):
+        if address not in counters:
+            counters[address] = masks[3] + masks[4] * len(counters)
+        return counters[address]
+
     def pseudo_id(obj):
-        key = real_id(obj)
-        if key not in counters:
-            counters[key] = masks[3] + masks[4] * len(counters)
-        return counters[key]
+        return counter(real_id(obj))
 
     def digest(obj, depth=0):
         kind = type(obj)
@@ -709,25 +754,20 @@ def _identity_builtins():
         seeded[0] = True
         return digest(obj) ^ masks[1]
 
-    real_build_class, object_repr, set_type_attr = builtins.__build_class__, object.__repr__, type.__setattr__
-    task_module = rules.TASK_MODULE_NAME
+    def mask_addresses(text):  # _mask_address_reprs: each " at 0x..." becomes the masked id
+        parts = text.split(" at 0x")
+        for k in range(1, len(parts)):
+            part = parts[k]
+            end = 0
+            while end < len(part) and part[end] in "0123456789abcdef":
+                end += 1
+            if end:
+                seeded[0] = True
+                parts[k] = format(counter(int(part[:end], 16)) ^ masks[0], "x") + part[end:]
+        return " at 0x".join(parts)
 
-    def __repr__(self):  # a task class's default repr, its address masked like id()
-        seeded[0] = True
-        kind = type(self)
-        return f"<{task_module}.{kind.__qualname__} object at {hex(pseudo_id(self) ^ masks[0])}>"
-
-    def __build_class__(func, name, *bases, **kwds):  # noqa: N807  (the builtin's name)
-        cls = real_build_class(func, name, *bases, **kwds)
-        if isinstance(cls, type) and cls.__repr__ is object_repr:
-            try:
-                set_type_attr(cls, "__repr__", __repr__)
-            except (TypeError, AttributeError):
-                pass
-        return cls
-
-    return {"id": _like_builtin(id, real_id), "hash": _like_builtin(hash, real_hash),
-            "__build_class__": _like_builtin(__build_class__, real_build_class)}
+    _ADDRESS_MASK[0] = mask_addresses
+    return {"id": _like_builtin(id, real_id), "hash": _like_builtin(hash, real_hash)}
 
 
 def _importer(tables, made):
@@ -774,6 +814,8 @@ class _Prepared:
         self.tables = tables
         self.policy = cfg.get("policy", True)
         self.builtins = dict(base, **_identity_builtins())
+        for name in rules.MASKED_ID_MODULES:
+            vars(sys.modules[name])["id"] = self.builtins["id"]
         self.first_made = {}
         first = _importer(tables, self.first_made)
         for name in sorted(tables):
@@ -876,10 +918,11 @@ _HEAP_PAD = []
 _JITTERED_CLASSES = (48, 160)  # bound methods and small objects; functions (besides 16: object())
 
 
-def _jitter_heap(noise):
+def _jitter_heap(noise, memory_bytes):
     """Shift where new objects land by a random number of live blocks per size class, and
-    new mappings by a random number of pages, by the run's `noise` (from the pool: a jailed
-    job has no entropy of its own, getrandom is denied).
+    new mappings by a random number of pages, and take a random share of up to an eighth
+    of the memory limit (`memory_bytes`) away, by the run's `noise` (from the pool: a
+    jailed job has no entropy of its own, getrandom is denied).
 
     Two children forked from the same parent share a heap layout, and two workers differ
     only in the page-sized bits that ASLR draws: default reprs and other address-derived
@@ -888,12 +931,21 @@ def _jitter_heap(noise):
     bound methods, functions) and a private mapping of random size make the next
     allocations land elsewhere in every run. Kept to those few classes: every class
     padded costs the job a copied page or two.
+
+    The memory taken away is a reservation that is never touched (no page is made), so
+    the largest allocation a run can make, or how far it gets before a MemoryError, differs
+    between runs by up to 64 MB at the default limit: a program that reads it (by going on
+    past a MemoryError) gets the large run group (policy._may_outlive_memory_error) and
+    disagrees with itself there.
     """
     if not noise:
         return  # the worker's own warm-up
-    pages, objects, classes = noise[0], noise[1], noise[2:]
+    pages, objects, classes, cut = noise[0], noise[1], noise[2:4], int.from_bytes(noise[4:6], "little")
     pad = _HEAP_PAD
     pad.append(mmap.mmap(-1, (1 + pages) * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+    reserved = (memory_bytes // 8 * cut >> 16) // mmap.PAGESIZE * mmap.PAGESIZE
+    if reserved:
+        pad.append(mmap.mmap(-1, reserved, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=0))
     pad.append([object() for _ in range(objects)])  # 16-byte blocks: address bits 4 to 11
     for size, count in zip(_JITTERED_CLASSES, classes):  # bytes of size-7 bytes take blocks of `size`
         pad.extend(bytes(size - 40) + bytes((k,)) for k in range(count % 16))
@@ -1013,7 +1065,7 @@ def _child(job, cfg, prepared, parent_pid, parent_fds, write_fd):
             os.close(fd)
         _jail_job(cfg, parent_pid)
         job = _unseal(job)
-        _jitter_heap(job[5])
+        _jitter_heap(job[5], cfg["memory_bytes"])
         result = _execute(job, prepared, cfg)
         gc.collect()  # finalisers of this job's garbage run now, on its clock
         if _SEEDED[0]:
@@ -1123,7 +1175,7 @@ def _probe_jail(cfg):
                 if child == 0:
                     try:
                         _jail_job(cfg, parent)
-                        _jitter_heap(bytes(range(1, 5)))
+                        _jitter_heap(bytes(range(1, 7)), cfg["memory_bytes"])
                         message = b"ok"
                         if cfg["userns"]:
                             if os.listdir("/") or cfg["_capabilities"][1]():
@@ -1379,6 +1431,7 @@ def setup(cfg, warnings):
     if problems:
         return None, problems
     _load_codecs()
+    _mask_address_reprs(warnings)
     prepared = _Prepared(_make_builtins() if cfg.get("policy", True) else _real_builtins(), _module_tables(warnings), cfg)
     _warm_up(prepared, cfg)
     _drop_own_modules()
