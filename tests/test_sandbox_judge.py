@@ -33,6 +33,30 @@ def test_an_empty_batch_is_fine(sandbox):
     assert sandbox.verify([]) == []
 
 
+def test_identical_records_are_run_once_and_share_their_verdict(sandbox):
+    """A student's rollouts often repeat an answer: the same record is judged once, each
+    copy gets that verdict under its own id. A code_i answer is the exception: each judging
+    runs the teacher's program at a fresh slot, another chance to catch a two-faced task."""
+    from popula.sandbox.pool import _distinct
+
+    program = "def f(xs):\n    return sorted(xs)"
+    solve = "def f(xs):\n    return sorted(xs)"
+    records = [TaskRecord(id=f"f{k}", type="code_f", program=program, inputs=["[3, 1]", "[2, 5, 1]"],
+                          outputs=["[1, 3]", "[1, 2, 5]"], answer=solve if k != 2 else "def f(xs):\n    return xs")
+               for k in range(5)]
+    code_i = [TaskRecord(id=f"i{k}", type="code_i", program=program, inputs=["[3, 1]"], outputs=["[1, 3]"],
+                         answer="[1, 3]") for k in range(2)]
+    distinct, copies = _distinct(records + code_i)
+    assert copies == [[0, 1, 3, 4], [2], [5], [6]]
+    seen: list[int] = []
+    results = sandbox.verify(records + code_i, progress=seen.append)
+    assert [r.id for r in results] == ["f0", "f1", "f2", "f3", "f4", "i0", "i1"]
+    assert [r.correct for r in results] == [True, True, False, True, True, True, True]
+    assert sum(seen) == 7
+    results[0].outputs.append("spoiled")
+    assert results[1].outputs == ["[1, 3]", "[1, 2, 5]"]  # each copy's verdict is its own
+
+
 def test_progress_counts_every_record_once(sandbox):
     seen: list[int] = []
     records = [_o("def f(x):\n    return x", "1"), _o("def f(x)\n", "1"), _o("def f(x):\n    return x", "2", answer="2")]

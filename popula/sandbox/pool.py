@@ -46,6 +46,7 @@ killed with the pool. A Sandbox is not thread-safe: one verify() at a time.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import marshal
 import os
@@ -66,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popula.errors import PopulaError
+from popula.kinds import get_kind
 from popula.records import TaskRecord, VerifyResult
 from popula.sandbox import policy
 from popula.sandbox.limits import Limits
@@ -194,6 +196,30 @@ class _Group:
         if run == 1:
             return _FIRST_ID_MASK ^ _ID_BITS, _FIRST_HASH_MASK ^ _HASH_BITS, noise
         return secrets.randbits(64), secrets.randbits(61), noise
+
+
+def _distinct(records: Sequence[TaskRecord]) -> tuple[list[TaskRecord], list[list[int]]]:
+    """The records that differ in what is judged (kind, program, inputs, outputs, answer),
+    first of each in order, and for each the positions of all its copies.
+
+    A student's rollouts often repeat an answer word for word. The same record gets the
+    same verdict in any run of the sandbox, so each is run once and its verdict shared:
+    fewer jobs, and identical answers can never be judged apart. Except an answer that is
+    an argument list (code_i): each of its judgings runs the teacher's program with the
+    answer at a fresh random place among the task's inputs, one more chance to catch a
+    task that answers differently when judged (verdict.judged_differently)."""
+    first: dict[tuple, int] = {}
+    distinct: list[TaskRecord] = []
+    copies: list[list[int]] = []
+    for k, r in enumerate(records):
+        rejudged = r.answer is not None and get_kind(r.type).answer == "arguments"
+        key = (k,) if rejudged else (r.type, r.program, tuple(r.inputs), tuple(r.outputs), r.answer)
+        if key not in first:
+            first[key] = len(distinct)
+            distinct.append(r)
+            copies.append([])
+        copies[first[key]].append(k)
+    return distinct, copies
 
 
 @dataclass
@@ -438,11 +464,17 @@ class Sandbox:
             self._busy = False
 
     def _verify(self, records: Sequence[TaskRecord], progress: Callable[[int], None] | None) -> list[VerifyResult]:
-        work = _Work(records, self.limits, self.determinism_runs, self.workers, progress)
+        distinct, copies = _distinct(records)
+        work = _Work(distinct, self.limits, self.determinism_runs, self.workers, progress, [len(c) for c in copies])
         # ~4 batches per worker, so the load balances, yet batches big enough to amortise forks
-        batch_size = max(1, min(_MAX_BATCH, -(-3 * len(records) // (max(2, self.workers) * 4))))
+        batch_size = max(1, min(_MAX_BATCH, -(-3 * len(distinct) // (max(2, self.workers) * 4))))
         self._drive(work, batch_size)
-        return [assemble(plan, work.runs_of(i, "run"), work.runs_of(i, "answer")) for i, plan in enumerate(work.plans)]
+        results: list[VerifyResult] = [None] * len(records)  # type: ignore[list-item]
+        for i, plan in enumerate(work.plans):
+            verdict = assemble(plan, work.runs_of(i, "run"), work.runs_of(i, "answer"))
+            for k in copies[i]:
+                results[k] = dataclasses.replace(verdict, id=records[k].id, outputs=list(verdict.outputs))
+        return results
 
     def _drive(self, work: _Work, batch_size: int) -> None:
         """Plan records in small chunks while workers run the batches already planned."""
@@ -569,8 +601,10 @@ class _Work:
         determinism_runs: int,
         workers: int,
         progress: Callable[[int], None] | None,
+        weights: list[int] | None = None,
     ) -> None:
         self.records = records
+        self.weights = weights or [1] * len(records)  # records each one stands for (_distinct)
         self.limits = limits
         self.determinism_runs = determinism_runs
         self.plans: list[Plan] = []
@@ -609,22 +643,22 @@ class _Work:
             for group in groups.values():
                 self._open(group)
             if not groups:
-                self._record_done()
+                self._record_done(i)
 
     def _open(self, group: _Group) -> None:
         lane_need = max(group.need, self.lane_width if group.lane == STUDENT else 2)
         self.max_runs[group.lane] = max(self.max_runs.get(group.lane, 0), lane_need)
         self.queues[group.lane].append(group)
 
-    def _record_done(self) -> None:
+    def _record_done(self, task: int) -> None:
         self.left -= 1
         if self.progress:
-            self.progress(1)
+            self.progress(self.weights[task])
 
     def _group_done(self, group: _Group) -> None:
         self.waiting[group.task] -= 1
         if self.waiting[group.task] == 0:
-            self._record_done()
+            self._record_done(group.task)
 
     def finished(self) -> bool:
         return self.left == 0
