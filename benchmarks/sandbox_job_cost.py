@@ -42,13 +42,14 @@ def write_batches(path: Path, n_tasks: int, n_jobs: int, batch: int) -> None:
 
     from popula.sandbox import Limits
     from popula.sandbox.plan import plan_record
+    from popula.sandbox.pool import _NOISE_BYTES
 
     jobs = []
     for task in mixed_tasks(n_tasks, seed=0):
         plan = plan_record(task, Limits())
         if plan.validate is not None:
             for masks in ((0x5A5A5A5A5A5A5A5A, 0x15A5A5A5A5A5A5A5), (0xA5A5A5A5A5A5A5A5, 0x0A5A5A5A5A5A5A5A)):
-                jobs.append((len(jobs), *plan.validate, *masks, os.urandom(4)))
+                jobs.append((len(jobs), *plan.validate, *masks, os.urandom(_NOISE_BYTES)))
     with path.open("wb") as out:
         for start in range(0, n_jobs + batch, batch):
             frame = marshal.dumps([jobs[k % len(jobs)] for k in range(start, start + batch)])
