@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,16 @@ from popula.model.recipe import TinyRecipe
 # A tiny base built in seconds: it proposes almost nothing valid, but it is a real
 # Hugging Face model of the real recipe, enough to drive every component of a run.
 QUICK_RECIPE = TinyRecipe(train_steps=150, pool_tasks=40, seq_len=256, batch_rows=2, heldout_tasks=0)
+
+
+def pytest_configure(config) -> None:
+    """The suite starts under the soft open-file limit of an ordinary account (1024),
+    whatever this machine's shell allows, as a user's `popula` would. The hard limit is left
+    as it is: a Sandbox raises the soft limit up to it, for its host process too, as it
+    does for users (tests/test_sandbox_open_file_limit.py checks lower hard limits)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft > 1024:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
 
 
 @pytest.fixture(scope="session")
