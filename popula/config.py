@@ -22,6 +22,7 @@ from popula.engines.registry import DEFAULT_ENGINE, ENGINES
 from popula.errors import PopulaError
 from popula.kinds import default_types, task_types
 from popula.league.schema import LeagueConfig
+from popula.metric_sinks import DEFAULT_SINKS, SINKS
 from popula.rewards import INVALID_TASK_REWARD
 from popula.runtime import DEVICE_PATTERN, resolve_runtime
 
@@ -291,6 +292,30 @@ class RaySection(_Section):
                                 "(exit 2) naming each actor's ask and the cluster's resources")
 
 
+class LoggingSection(_Section):
+    """Where each step's scalars go beside RUN_DIR/metrics.jsonl, which is always written: the metric
+    sinks by name (popula/metric_sinks.py), and the Weights & Biases run's settings when it is one."""
+
+    report_to: list[str] = Field(
+        list(DEFAULT_SINKS), description="metric sinks, some of popula.metric_sinks.SINKS (tensorboard, wandb); "
+                                         "[]: metrics.jsonl alone")
+    wandb_project: str = Field("popula", min_length=1, description="the W&B project the run logs to")
+    wandb_entity: str | None = Field(None, description="the W&B team or user; None: the login's default")
+    wandb_mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="None: $WANDB_MODE, else online; offline writes RUN_DIR/wandb/ for `wandb sync`")
+
+    @field_validator("report_to")
+    @classmethod
+    def _registered_sinks(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in SINKS]
+        if unknown:
+            raise ValueError(f"unknown metric sinks {unknown}; expected some of {', '.join(SINKS)}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named twice")
+        return names
+
+
 class RuntimeSection(_Section):
     """Device and precision of the engine and the learner (resolved by popula.runtime), and
     vLLM's share of a GPU it shares with the learner."""
@@ -332,6 +357,7 @@ class Config(_Section):
     heldout: HeldoutSection = HeldoutSection()
     ray: RaySection = RaySection()
     runtime: RuntimeSection = RuntimeSection()
+    logging: LoggingSection = LoggingSection()
 
     @field_validator("engine")
     @classmethod

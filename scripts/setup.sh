@@ -95,8 +95,9 @@ if "$PY" -c 'import importlib.metadata as m, sys; sys.exit(0 if m.version("torch
     done
 fi
 
-# 3. The project itself (editable) with its test tools, unless this checkout is already
-#    installed editable with every requirement and console script of pyproject.toml
+# 3. The project itself (editable) with its test tools and Weights & Biases (the `wandb`
+#    extra: the tests run `logging.report_to: [wandb]` offline), unless this checkout is
+#    already installed editable with every requirement and console script of pyproject.toml
 #    satisfied. Its bounds admit vllm's pins, so this changes none of the versions above.
 project_satisfied() {
     "$PY" -P - <<'PYEOF'
@@ -119,7 +120,8 @@ if origin.get("url") != Path.cwd().resolve().as_uri() or not origin.get("dir_inf
 scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
 if scripts != project.get("scripts", {}):
     sys.exit(1)
-for line in project["dependencies"] + project["optional-dependencies"]["dev"]:
+extras = project["optional-dependencies"]
+for line in project["dependencies"] + extras["dev"] + extras["wandb"]:
     req = Requirement(line)
     try:
         have = metadata.version(req.name)
@@ -130,7 +132,7 @@ for line in project["dependencies"] + project["optional-dependencies"]["dev"]:
 PYEOF
 }
 if ! project_satisfied; then
-    pip_quiet -e '.[dev]'
+    pip_quiet -e '.[dev,wandb]'
     changed=1
 fi
 

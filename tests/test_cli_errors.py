@@ -74,6 +74,13 @@ def test_a_bad_override_is_blamed_on_the_override_not_the_config_file(tmp_path):
     assert "configs/tiny-cpu.yaml" not in done.stderr and not (tmp_path / "r").exists()
 
 
+def test_an_unknown_metric_sink_is_refused_in_one_line_naming_the_known_ones(tmp_path):
+    done = popula("run", "configs/tiny-cpu.yaml", "--out", str(tmp_path / "r"), "--set", "logging.report_to=[tb]")
+    refused(done, "--set logging.report_to=[tb]: logging.report_to: Value error, unknown metric sinks ['tb']; "
+                  "expected some of tensorboard, wandb")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_usage_mistake_is_one_line_that_points_at_the_help(tmp_path):
     refused(popula("run", "configs/tiny-cpu.yaml", "--resume", "soon"), "see `popula run --help`")
 

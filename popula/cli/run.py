@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "sandbox validates them, matched students answer, all adapters are updated by "
             "policy gradient, and every few steps evolution replaces the weakest. Writes "
             "config.yaml, metrics.jsonl, league.json, adapters/, tasks.jsonl, checkpoints/ "
-            "and tensorboard/ under RUN_DIR. Ctrl-C finishes the step, checkpoints and exits "
+            "and tensorboard/ (or what logging.report_to names: wandb/) under RUN_DIR. Ctrl-C finishes the step, checkpoints and exits "
             "with code 130; --resume continues exactly where the last checkpoint left off."
         ),
     )

@@ -1,7 +1,8 @@
-"""Per-step metrics: RUN_DIR/metrics.jsonl (docs/design.md § metrics.jsonl), TensorBoard events, one summary line.
+"""Per-step metrics: RUN_DIR/metrics.jsonl (docs/design.md § metrics.jsonl), the metric sinks, one summary line.
 
-metrics.jsonl is the source of truth (plots and tools read it); TensorBoard gets every
-numeric field as a scalar under RUN_DIR/tensorboard/ for people who live there.
+metrics.jsonl is the source of truth (plots and tools read it); the sinks `logging.report_to`
+names (popula/metric_sinks.py: TensorBoard under RUN_DIR/tensorboard/ by default, Weights &
+Biases) get every numeric field as a scalar, for people who live there.
 """
 
 from __future__ import annotations
@@ -12,20 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from popula.errors import PopulaError
+from popula.metric_sinks import MetricSink, TensorBoardSink
 
 
 class MetricsLog:
-    def __init__(self, run_dir: Path) -> None:
+    """metrics.jsonl and the sinks beside it (None: TensorBoard alone); closing it closes them."""
+
+    def __init__(self, run_dir: Path, sinks: list[MetricSink] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
-        self._tb_dir = run_dir / "tensorboard"
-        self._tb = None
+        self._sinks = [TensorBoardSink(run_dir)] if sinks is None else list(sinks)
 
     def write(self, row: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as out:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
             out.flush()
             os.fsync(out.fileno())
-        self._tensorboard(row)
+        scalars = {key: value for key, value in _flatten(row).items()
+                   if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
+        for sink in self._sinks:
+            sink.log(row["step"], scalars)
 
     def truncate_after(self, step: int) -> None:
         """Forget rows of steps after `step` (those of a run killed after its checkpoint)."""
@@ -35,18 +41,15 @@ class MetricsLog:
         tmp.replace(self.path)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-
-    def _tensorboard(self, row: dict[str, Any]) -> None:
-        if self._tb is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(str(self._tb_dir))
-        for key, value in _flatten(row).items():
-            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._tb.add_scalar(key, value, row["step"])
-        self._tb.flush()
+        """Close every sink, each even when one before it fails (the first failure is raised)."""
+        failure: Exception | None = None
+        for sink in self._sinks:
+            try:
+                sink.close()
+            except Exception as err:  # noqa: BLE001 - the others still close
+                failure = failure or err
+        if failure is not None:
+            raise failure
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

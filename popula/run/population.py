@@ -32,6 +32,7 @@ from popula.errors import PopulaError
 from popula.eval.heldout import HeldoutProbe
 from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
+from popula.metric_sinks import SinkContext, check_sinks, open_sinks
 from popula.model.base import resolve_base_model
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
 from popula.run.checkpoint import Checkpoints
@@ -100,6 +101,7 @@ class PopulationRun:
     def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False, resume_step: int | None = None) -> None:
         # A directory that cannot take the run is refused before anything loads or is waited for.
         check_run_dir(run_dir, resume)
+        check_sinks(cfg.logging.report_to)  # a sink asked for and not installed: refused before anything loads
         self.resume_step = resume_step  # None: the newest checkpoint
         # The device and dtype this machine gives `runtime` (auto -> cpu/float32 without a GPU) are
         # decided before anything loads, and written to config.yaml as resolved. A Ray run's
@@ -119,6 +121,7 @@ class PopulationRun:
         # that cannot place the actors refuses the run here (exit 2), naming asks and resources.
         self.reservation = reserve_workers(cfg)
         self.workers: Workers | None = None  # built by _open; None only while a failed start unwinds
+        self.metrics: MetricsLog | None = None  # likewise
         try:
             # Held until close(): no second process may write this directory while this run lives.
             self.lock = prepare_run_dir(run_dir, cfg, resume)
@@ -134,6 +137,8 @@ class PopulationRun:
                 self.workers.close()
             elif self.reservation is not None:
                 self.reservation.release()
+            if self.metrics is not None:
+                self.metrics.close()
             self.lock.release()
             raise
 
@@ -141,12 +146,14 @@ class PopulationRun:
         from transformers import AutoTokenizer
 
         cfg, run_dir = self.cfg, self.run_dir
+        # first: a sink that cannot open (wandb not logged in) refuses the run before the workers load the model
+        self.metrics = MetricsLog(run_dir, open_sinks(cfg.logging.report_to, SinkContext(
+            run_dir, run_dir.resolve().name, cfg.model_dump(mode="json"), cfg.logging)))
         _seed_everything(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
         self.store = AdapterStore(run_dir / "adapters", self.base_path, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
                                   target_modules=cfg.lora.target_modules, seed=cfg.seed)
         self.checkpoints = Checkpoints(run_dir / "checkpoints", keep=cfg.run.keep_checkpoints)
-        self.metrics = MetricsLog(run_dir)
         t = cfg.tasks
         self.ratchet = (DepthRatchet(t.ratchet_step, t.ratchet_floor, t.ratchet_ceiling)
                         if t.reference_weighting == "ratchet" else None)

@@ -1,9 +1,9 @@
 """The run directory (docs/design.md § Run directory): creating it, and refusing to mix two runs in one.
 
 A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
-saved config differs from the given one (except `run.steps`, which a resume may extend, and
-`ray.*` / `runtime.*`: a local run may continue on a cluster or another device), naming
-every key that differs.
+saved config differs from the given one (except `run.steps`, which a resume may extend,
+`ray.*` / `runtime.*`: a local run may continue on a cluster or another device, and what only
+watches: `heldout.*`, `logging.*`), naming every key that differs.
 
 One process at a time: `prepare_run_dir` takes an exclusive lock on `RUN_DIR/.popula.lock`
 (`RunDirLock`) and the run holds it until it ends. Without it two resumes of one directory
@@ -36,9 +36,9 @@ from popula.run.checkpoint import Checkpoints
 
 # What a resume may change: how long the run goes on and how many checkpoints it keeps, where
 # its workers run (on which device: a run started on a CPU may go on where there is a GPU), and
-# the held-out probe, which only watches (a run trains the same with or without it:
-# tests/test_run_e2e.py).
-RESUMABLE_KEYS = {"run.steps", "run.keep_checkpoints", "ray", "runtime", "heldout"}
+# the held-out probe and the metric sinks, which only watch (a run trains the same with or
+# without the probe: tests/test_run_e2e.py).
+RESUMABLE_KEYS = {"run.steps", "run.keep_checkpoints", "ray", "runtime", "heldout", "logging"}
 
 
 def _resumable(key: str) -> bool:
