@@ -146,11 +146,17 @@ def _routes() -> set[str]:
 # Reviewed: each reaches sys.modules by a name a task may choose, or a caller's frame. The
 # ones that evaluate text (get_type_hints, ForwardRef) are stripped (rules.STRIPPED_ATTRIBUTES);
 # the rest find only library modules there (zygote._drop_own_modules), and frames they read
-# are the task's own.
+# are the task's own. dataclasses: _process_class exec()s its methods' text in
+# `sys.modules[cls.__module__].__dict__`, and _is_type reads names there; the sandbox's
+# dataclass() takes only a class whose __module__ is the task's, and registers the task's own
+# globals under that name only while it runs (zygote._safe_dataclasses), so both find the
+# task's globals, as CPython finds a script's __main__; _get_field looks up 'typing' and
+# 'dataclasses' by their fixed names. The text itself holds only checked field names.
 REVIEWED_ROUTES = {
     "collections.namedtuple", "enum.EnumMeta._convert_", "enum.EnumMeta._create_", "enum.EnumType._convert_",
     "enum.EnumType._create_", "enum._old_convert_", "enum.global_enum", "typing.ForwardRef._evaluate",
     "typing._GenericAlias.__reduce__", "typing._caller", "typing.get_type_hints",
+    "dataclasses._process_class", "dataclasses._is_type", "dataclasses._get_field",
 }
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import unprivileged
+from test_sandbox_dataclasses import BENIGN_DATACLASSES, DATACLASS_COIN_FLIPS, DATACLASS_ESCAPES
 from test_sandbox_determinism import COIN_FLIPS, NOT_VALUES
 from test_sandbox_hostile import HOSTILE_ANSWERS
 from test_sandbox_probes import BENIGN, ESCAPES, NONDETERMINISTIC
@@ -48,10 +49,12 @@ for r in results:
 
 def _records() -> list[dict]:
     rows: list[dict] = []
-    for name, program, inp in ESCAPES + NONDETERMINISTIC + COIN_FLIPS + NOT_VALUES:
+    for name, program, inp in ESCAPES + DATACLASS_ESCAPES + NONDETERMINISTIC + COIN_FLIPS + NOT_VALUES:
         rows.append({"id": name, "type": "code_o", "program": program, "inputs": [inp]})
     for k, (kind, program, inputs, answer, _) in enumerate(HOSTILE_ANSWERS):
         rows.append({"id": f"answer-{k}", "type": kind, "program": program, "inputs": inputs, "answer": answer})
+    for k, (program, inp) in enumerate(BENIGN_DATACLASSES + DATACLASS_COIN_FLIPS):
+        rows.append({"id": f"dataclasses-{k}", "type": "code_o", "program": program, "inputs": [inp]})
     for k, line in enumerate(BENIGN.read_text().splitlines()):
         row = json.loads(line)
         rows.append({"id": f"benign-{k}", "type": "code_o", "program": row["program"], "inputs": row["inputs"]})
@@ -97,7 +100,8 @@ def test_the_jail_builds_for_a_user_without_root_and_gives_roots_verdicts(tasks_
     differ = [(k, _stable(as_root[k]), _stable(as_user[k])) for k in as_root if _stable(as_root[k]) != _stable(as_user[k])]
     assert not differ, differ[:5]
     # and the verdicts are the right ones, not merely the same
-    assert not any(as_user[name]["valid"] for name, _, _ in ESCAPES + NONDETERMINISTIC + COIN_FLIPS + NOT_VALUES)
+    assert not any(as_user[name]["valid"] for name, _, _ in ESCAPES + DATACLASS_ESCAPES + NONDETERMINISTIC + COIN_FLIPS + NOT_VALUES)
+    assert all(as_user[f"dataclasses-{k}"]["valid"] for k in range(len(BENIGN_DATACLASSES)))
     benign = [json.loads(line) for line in BENIGN.read_text().splitlines()]
     wrong = [k for k, row in enumerate(benign) if as_user[f"benign-{k}"]["reason"] != "timeout"
              and as_user[f"benign-{k}"]["outputs"] != row["outputs"]]

@@ -17,7 +17,8 @@ import _string  # str.format's own template parser (hidden_format_field)
 
 # Modules a task may import. Everything else is "forbidden" (os, sys, subprocess, socket,
 # shutil, pathlib, random, time, threading, multiprocessing, signal, ctypes, importlib, io,
-# pickle, inspect, dataclasses, ...; docs/security.md lists why some are refused).
+# pickle, inspect, ...; docs/security.md lists why some are refused). `dataclasses` is the
+# worker's checked copy (zygote._safe_dataclasses), not the module as it is.
 # Submodules must be listed to be importable.
 ALLOWED_MODULES: frozenset[str] = frozenset(
     {
@@ -47,6 +48,7 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "keyword",
         "datetime",
         "calendar",
+        "dataclasses",
     }
 )
 
@@ -73,6 +75,10 @@ STRIPPED_ATTRIBUTES: frozenset[tuple[str, str]] = frozenset(
         ("calendar", "LocaleHTMLCalendar"),
         ("calendar", "different_locale"),
         ("calendar", "main"),
+        # builds its class with types.new_class from a namespace of computed keys (dunders a
+        # task cannot write otherwise: __dataclass_fields__, __module__) and a __module__ of
+        # 'types', so its methods would be made in the wrong module's globals
+        ("dataclasses", "make_dataclass"),
     }
 )
 
@@ -85,6 +91,8 @@ KEPT_OBJECTS: frozenset[tuple[str, str]] = frozenset(
         ("calendar", "month_name"),
         ("calendar", "month_abbr"),
         ("datetime", "UTC"),
+        ("dataclasses", "MISSING"),  # sentinels: field(default=MISSING), `_: KW_ONLY`
+        ("dataclasses", "KW_ONLY"),
     }
 )
 
@@ -177,6 +185,7 @@ SAFE_DUNDER_ATTRIBUTES: frozenset[str] = frozenset(
         "__mul__",
         "__bool__",
         "__call__",
+        "__post_init__",  # what a dataclass's __init__ calls (super().__post_init__())
     }
 )
 # (__hash__ is left out on purpose: object.__hash__ is address-based, and the sandbox's

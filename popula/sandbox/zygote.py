@@ -343,6 +343,11 @@ def _module_tables(warnings):
         del real[name]  # the clock could not be taken away: the module is not importable
     for name in rules.LAZY_IMPORTS:
         __import__(name)  # imported from C at a first use, in the jail, which has no files
+    if "dataclasses" in real and sys.version_info[:2] != (3, 11):
+        # its checks are written against 3.11's dataclasses, which builds the text they guard
+        del real["dataclasses"]
+        warnings.append("dataclasses is not importable: its checks are written for CPython 3.11")
+    checked_dataclasses = _safe_dataclasses() if "dataclasses" in real else {}  # before classes freeze
     tables = {}
     for name, module in real.items():
         table = {}
@@ -367,6 +372,8 @@ def _module_tables(warnings):
             table["__all__"] = type(public)(n for n in public if n in table)  # a list is copied per job
         tables[name] = table
     tables["functools"].update(_safe_functools())
+    if "dataclasses" in tables:
+        tables["dataclasses"].update(checked_dataclasses)
     return tables
 
 
@@ -457,6 +464,264 @@ def _safe_functools():
 
     return {"update_wrapper": _like_builtin(update_wrapper, real_update, "functools"),
             "wraps": _like_builtin(wraps, real_wraps, "functools")}
+
+
+# The task's globals of the input that runs (set by _execute): the module that a dataclass's
+# generated methods are made in, as CPython makes them in the class's module (_safe_dataclasses).
+_TASK_SCOPE = [None]
+
+
+class _TaskModule:
+    """What sys.modules holds under the task's module name while the sandbox's dataclass()
+    runs: an object whose __dict__ is the task's globals (see _safe_dataclasses)."""
+
+
+def _safe_dataclasses():
+    """The dataclasses a task gets: CPython's own code, with what it trusts made sure.
+
+    dataclass() writes its methods as source text and exec()s it. Into that text go the
+    field names (from annotation keys, `Field.name`, and the `__dataclass_fields__` of every
+    base, which a task can forge) and nothing else the task controls: defaults, factories and
+    types are passed as values. So (1) `Field.name` accepts only a name that is a public or
+    task-private identifier (not a keyword, not a dunder, not an interpreter-internal name
+    nor a private name of a standard-library object: a field name is also read by
+    asdict/replace with the real getattr); (2) a class's fields are Field objects (a task
+    object that claims to be one is refused), and the functions that write names into text
+    take only Field objects, whatever a field dict holds (a task can reach one: update_wrapper
+    copies a class's namespace into an object's __dict__); (3) the field dicts that
+    dataclasses reads from a class or instance are only those dataclass() made here (by
+    identity), checked by dataclass() for every base, and by fields() (module global, so
+    asdict/astuple use it) and replace() for what they are given; (4) the class is the task's
+    own, of metaclass type or ABCMeta (no task hook runs between those checks and the reads
+    they guard), and not a str (whose .format an asdict would hand out unchecked).
+    The generated methods are made in the task's globals, as CPython makes them in the
+    class's module (`sys.modules[cls.__module__]`: the task's module is registered there
+    only while dataclass() runs), so they call the task's builtins (the masked hash), and
+    string annotations name ClassVar/InitVar/KW_ONLY there as in CPython (_is_type also
+    takes the task's copy of `typing` or `dataclasses` for the module). The
+    class docstring, which CPython computes by inspect.signature (which eval()s a
+    `__text_signature__`, text a task can write in a docstring), is computed here only where
+    inspect reads a Python function's own signature, else it is `Name(...)`. make_dataclass is
+    left out (rules.STRIPPED_ATTRIBUTES). Returns the table entries of the module copy."""
+    import abc
+    import dataclasses as dc
+    import inspect
+    import keyword
+
+    field_type, params_type, real_field_marker = dc.Field, dc._DataclassParams, dc._FIELD
+    field_dicts = {}  # id -> the field dicts dataclass() made in this job
+    private = set()
+    for module_name in rules.ALLOWED_MODULES:
+        for value in vars(sys.modules[module_name]).values():
+            for kind in (value, type(value)) if isinstance(value, type) else (type(value),):
+                private.update(n for n in dir(kind) if n.startswith("_") and not n.endswith("__"))
+    for value in vars(builtins).values():
+        if isinstance(value, type):
+            private.update(n for n in dir(value) if n.startswith("_") and not n.endswith("__"))
+    private = frozenset(private - rules.HARMLESS_STDLIB_PRIVATE - rules.PUBLIC_UNDERSCORE_ATTRIBUTES)  # as policy.py's
+    name_slot = field_type.__dict__["name"]
+
+    def name_allowed(name):
+        return (type(name) is str and name.isidentifier() and not keyword.iskeyword(name)
+                and not name.startswith("__") and name not in rules.FRAME_ATTRIBUTES and name not in private)
+
+    def get_name(self):
+        return name_slot.__get__(self, field_type)
+
+    def set_name(self, name):
+        if name is not None and not name_allowed(name):
+            raise TypeError(f"the field name {str(name)[:60]!r} is not allowed in the sandbox "
+                            "(a public identifier, or a private one of the task's own)")
+        name_slot.__set__(self, name)
+
+    type.__setattr__(field_type, "name", property(get_name, set_name, doc=None))
+
+    real_get_field = dc._get_field
+
+    def get_field(cls, a_name, a_type, default_kw_only):
+        found = real_get_field(cls, a_name, a_type, default_kw_only)
+        if type(found) is not field_type:
+            raise TypeError(f"the field {a_name!r} is not a dataclasses.Field")
+        return found
+
+    dc._get_field = get_field
+
+    real_is_type, identifier = dc._is_type, dc._MODULE_IDENTIFIER_RE
+
+    def is_type(annotation, cls, a_module, a_type, is_type_predicate):
+        # CPython's, and also where the task names the module by its copy ('typing.ClassVar[int]'
+        # after `import typing`: CPython compares the name's value with the real module)
+        match = identifier.match(annotation)
+        scope = _TASK_SCOPE[0]
+        if match and match.group(1) and scope is not None:
+            named = scope.get(match.group(1))
+            if _MODULE_COPIES.get(id(named)) is named and named.__name__ == a_module.__name__:
+                return bool(is_type_predicate(vars(a_module).get(match.group(2)), a_module))
+        return real_is_type(annotation, cls, a_module, a_type, is_type_predicate)
+
+    dc._is_type = is_type
+
+    def only_fields(fields):
+        for f in fields:
+            if type(f) is not field_type:
+                raise TypeError("a dataclass's fields must be dataclasses.Field objects in the sandbox")
+        return fields
+
+    # The functions that write a field's name into text get lists that only dataclasses holds:
+    # every item is a Field (a Field's name was checked when set), whatever a field dict held.
+    def guard(real, positions):
+        def guarded(*args, **kwargs):
+            for k in positions:
+                only_fields(args[k])
+            return real(*args, **kwargs)
+        return guarded
+
+    for name, positions in (("_init_fn", (0, 1, 2)), ("_repr_fn", (0,)), ("_frozen_get_del_attr", (1,)),
+                            ("_tuple_str", (1,))):
+        setattr(dc, name, guard(getattr(dc, name), positions))
+
+    def registered(fields_dict):
+        return field_dicts.get(id(fields_dict), registered) is fields_dict
+
+    def fields_of(obj, message):
+        if not isinstance(obj, str) and not (isinstance(obj, type) and issubclass(obj, str)):
+            try:
+                found = getattr(obj, "__dataclass_fields__")
+            except AttributeError:
+                found = None
+            if registered(found):
+                return found
+        raise TypeError(message)
+
+    real_fields = dc.fields
+
+    def fields(class_or_instance):
+        found = fields_of(class_or_instance, "must be called with a dataclass type or instance")
+        return tuple(f for f in only_fields(list(found.values())) if f._field_type is real_field_marker)
+
+    dc.fields = _like_builtin(fields, real_fields, "dataclasses")  # what asdict, astuple and _add_slots call
+
+    real_replace = dc.replace
+
+    def replace(obj, /, **changes):  # CPython 3.11's, on a field dict made here
+        if not dc._is_dataclass_instance(obj):
+            raise TypeError("replace() should be called on dataclass instances")
+        for f in only_fields(list(fields_of(obj, "replace() should be called on dataclass instances").values())):
+            if f._field_type is dc._FIELD_CLASSVAR:
+                continue
+            if not f.init:
+                if f.name in changes:
+                    raise ValueError(f"field {f.name} is declared with init=False, it cannot be specified "
+                                     "with replace()")
+                continue
+            if f.name not in changes:
+                if f._field_type is dc._FIELD_INITVAR and f.default is dc.MISSING:
+                    raise ValueError(f"InitVar {f.name!r} must be specified with replace()")
+                changes[f.name] = getattr(obj, f.name)
+        return obj.__class__(**changes)
+
+    def check_class(cls):
+        if not isinstance(cls, type):
+            raise TypeError("dataclass() takes a class in the sandbox")
+        module = cls.__dict__.get("__module__")
+        if type(module) is not str or module != rules.TASK_MODULE_NAME:
+            raise TypeError("dataclass() takes a class the task defines in the sandbox")
+        doc = cls.__dict__.get("__doc__")
+        if doc is not None and type(doc) is not str:
+            raise TypeError("a dataclass's __doc__ must be a str or None in the sandbox")
+        for base in cls.__mro__:
+            if type(base) is not type and type(base) is not abc.ABCMeta:
+                raise TypeError("a dataclass and its bases may have no metaclass but type or ABCMeta in the sandbox")
+            if base is str:
+                raise TypeError("a dataclass may not derive from str in the sandbox")
+            own = base.__dict__
+            if "__dataclass_fields__" in own:
+                if not registered(own["__dataclass_fields__"]):
+                    raise TypeError(f"{base.__name__} has fields that dataclass() did not make")
+                only_fields(list(own["__dataclass_fields__"].values()))
+            if "__dataclass_params__" in own and type(own["__dataclass_params__"]) is not params_type:
+                raise TypeError(f"{base.__name__} has parameters that dataclass() did not make")
+
+    function_type = types.FunctionType
+
+    followed = frozenset({"__wrapped__", "__signature__", "_partialmethod"})
+
+    def plain_function(func):  # one whose signature inspect reads from its code, following nothing
+        return type(func) is function_type and not followed & func.__dict__.keys()
+
+    def signature_text(cls):
+        """str(inspect.signature(cls)) for a class whose __init__ or __new__ (chosen as inspect
+        chooses) is a plain Python function, or that has neither ('()'); else '(...)'. inspect
+        is given the function alone: what it reads of a class (or of a function's attributes)
+        can lead it to eval() a __text_signature__ (docs/security.md)."""
+        for base in cls.__mro__:
+            if "__signature__" in base.__dict__ or "__wrapped__" in base.__dict__:
+                return "(...)"
+        user_defined = inspect._signature_get_user_defined_method
+        new, init = user_defined(cls, "__new__"), user_defined(cls, "__init__")
+        if "__new__" in cls.__dict__:
+            factory = new
+        elif "__init__" in cls.__dict__:
+            factory = init
+        else:
+            factory = new if new is not None else init
+        try:
+            if factory is None:
+                plain = cls.__init__ is object.__init__ and cls.__new__ is object.__new__
+                if plain and not any(base.__text_signature__ for base in cls.__mro__[:-1]):
+                    return "()"
+            elif plain_function(factory):
+                return str(inspect._signature_bound_method(inspect.signature(factory)))
+        except (TypeError, ValueError):
+            pass
+        return "(...)"
+
+    real_dataclass = dc.dataclass
+    modules, task_module = sys.modules, rules.TASK_MODULE_NAME
+    absent = object()
+
+    def dataclass(cls=None, /, **options):
+        slots, weakref_slot = options.get("slots", False), options.get("weakref_slot", False)
+        if slots:
+            options.update(slots=False, weakref_slot=False)  # added below, once the fields are known
+        process = real_dataclass(None, **options)  # CPython's own checks of the options
+
+        def wrap(cls):
+            check_class(cls)
+            doc = cls.__dict__.get("__doc__")
+            if not doc:
+                type.__setattr__(cls, "__doc__", "-")  # so that dataclasses does not call inspect.signature
+            shim = _TaskModule()
+            shim.__dict__ = _TASK_SCOPE[0] if _TASK_SCOPE[0] is not None else {"__builtins__": {}}
+            before = modules.get(task_module, absent)
+            modules[task_module] = shim
+            done = False
+            try:
+                process(cls)
+                done = True
+            finally:
+                if before is absent:
+                    modules.pop(task_module, None)
+                else:
+                    modules[task_module] = before
+                if not done:
+                    type.__setattr__(cls, "__doc__", doc)
+            made = cls.__dict__.get("__dataclass_fields__")
+            if type(made) is dict:
+                field_dicts[id(made)] = made
+            if not doc:
+                type.__setattr__(cls, "__doc__", cls.__name__ + signature_text(cls).replace(" -> None", ""))
+            if slots:
+                cls = dc._add_slots(cls, options.get("frozen", False), weakref_slot)
+                abc.update_abstractmethods(cls)
+            return cls
+
+        return wrap if cls is None else wrap(cls)
+
+    # the module itself too: make_dataclass and a job that escaped the policy (real import) use these
+    dc.dataclass = _like_builtin(dataclass, real_dataclass, "dataclasses")
+    dc.replace = _like_builtin(replace, real_replace, "dataclasses")
+    return {"dataclass": dc.dataclass, "fields": dc.fields, "replace": dc.replace}
 
 
 def _hidden(name, _allowed=rules.SAFE_DUNDER_ATTRIBUTES | rules.PUBLIC_UNDERSCORE_ATTRIBUTES
@@ -1011,6 +1276,7 @@ def _execute(job, prepared, cfg):
                 "__builtins__": prepared.builtins_for(i == 0),
                 "__name__": rules.TASK_MODULE_NAME,
             }
+            _TASK_SCOPE[0] = scope
             exec(program, scope)
             f = scope.get("f")
             if not callable(f):
