@@ -178,8 +178,9 @@ DATACLASS_ESCAPES = [
      "class Fake:\n    name = '__init__'\n    init = True\n"
      "def f(x):\n    a = A()\n    a.__dict__[''.join(['__data', 'class_fields__'])] = {'x': Fake()}\n    return str(dataclasses.replace(a))", "0"),
     # a real field dict, reached by copying the class's namespace into an instance's __dict__
-    # (functools.update_wrapper updates the wrapper's __dict__ with the wrapped class's), then
-    # given an impostor: dataclasses writes only Fields' names into text, whatever the dict holds
+    # (functools.update_wrapper would update the wrapper's __dict__ with the wrapped class's: it
+    # wraps no class in the sandbox), then given an impostor: dataclasses writes only Fields'
+    # names into text, whatever the dict holds
     ("dc_tampered_fields_base", TAMPERED + "@dataclasses.dataclass\nclass B(A):\n    z: int = 0\ndef f(x):\n    return 1", "0"),
     ("dc_tampered_fields_asdict", TAMPERED + "def f(x):\n    return str(dataclasses.asdict(A()))", "0"),
     ("dc_tampered_fields_replace", TAMPERED + "def f(x):\n    return str(dataclasses.replace(A()))", "0"),
@@ -247,7 +248,8 @@ def test_the_refusals_say_why(sandbox):
     picked = {"dc_annotation_key_code": "is not allowed in the sandbox",
               "dc_field_impostor": "is not a dataclasses.Field",
               "dc_forged_base_fields": "has fields that dataclass() did not make",
-              "dc_tampered_fields_base": "must be dataclasses.Field objects",
+              # update_wrapper no longer copies a class's namespace; dataclass() would refuse the impostor too
+              "dc_tampered_fields_base": "wrap functions and the task's own objects only",
               "dc_forged_fields_asdict": "must be called with a dataclass type or instance",
               "dc_module_typing": "a class the task defines",
               "dc_metaclass_hooks": "no metaclass but type or ABCMeta",

@@ -70,6 +70,11 @@ ESCAPES = [
     ("wraps_globals", "import functools\ndef g():\n    pass\ndef f(x):\n    functools.update_wrapper(g, functools.reduce, assigned=(), updated=('__glo' + 'bals__',))\n    return 1", "0"),
     ("wraps_computed", "import functools\ndef g():\n    pass\ndef f(x):\n    n = ''.join(['__', 'globals', '__'])\n    functools.update_wrapper(g, functools.reduce, assigned=(), updated=(n,))\n    return sorted(k for k in g.__globals__)", "0"),
     ("wraps_computed_runtime", "import functools\ndef g():\n    pass\ndef f(x):\n    n = ''.join(['__', 'globals', '__'])\n    functools.update_wrapper(g, functools.reduce, assigned=(), updated=(n,))\n    return 1", "0"),
+    # update_wrapper copies the wrapped object's __dict__: a class's holds its private and dunder members
+    ("wraps_class_namespace", "import functools\nclass W:\n    pass\ndef f(x):\n    w = W()\n    functools.update_wrapper(w, int)\n"
+     "    return sorted(vars(w))", "0"),
+    ("wraps_library_object", "import enum, functools\nclass W:\n    pass\ndef f(x):\n    w = W()\n"
+     "    functools.update_wrapper(w, enum.Enum)\n    return str(vars(w))", "0"),
     ("dunder_hash_call", "def f(x):\n    return object().__hash__() % 2", "0"),
     ("private_on_self_name", "import collections\ndef f(x):\n    self = collections\n    return str(self._sys)", "0"),
     ("answer_expression_frame", "def f(x):\n    return (i for i in [1]).gi_frame.f_back", "0"),

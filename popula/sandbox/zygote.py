@@ -444,22 +444,31 @@ def _mask_address_reprs(warnings):
 
 
 def _safe_functools():
-    """functools.wraps and update_wrapper for the default attribute lists only (rules.py)."""
+    """functools.wraps and update_wrapper for the default attribute lists only (rules.py), and
+    for a wrapped function (or method, or an object of the task's own classes) only: the
+    update copies the wrapped object's whole `__dict__` into the wrapper's, which for a
+    class or a library object holds private and dunder members the policy does not show."""
     import functools
 
     real_wraps, real_update = functools.wraps, functools.update_wrapper
     assigned, updated = functools.WRAPPER_ASSIGNMENTS, functools.WRAPPER_UPDATES
+    functions = (types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    task_module = rules.TASK_MODULE_NAME
 
-    def check(a, u):
+    def check(wrapped, a, u):
         if tuple(a) != assigned or tuple(u) != updated:
             raise TypeError("the sandbox's functools.wraps/update_wrapper take the default attribute lists only")
+        kind = type(wrapped)
+        if not (kind in functions or (kind.__module__ == task_module and not isinstance(wrapped, type))):
+            raise TypeError("the sandbox's functools.wraps/update_wrapper wrap functions and the task's own "
+                            f"objects only, not a {kind.__name__}")
 
     def update_wrapper(wrapper, wrapped, assigned=assigned, updated=updated):
-        check(assigned, updated)
+        check(wrapped, assigned, updated)
         return real_update(wrapper, wrapped)
 
     def wraps(wrapped, assigned=assigned, updated=updated):
-        check(assigned, updated)
+        check(wrapped, assigned, updated)
         return real_wraps(wrapped)
 
     return {"update_wrapper": _like_builtin(update_wrapper, real_update, "functools"),
