@@ -5,7 +5,7 @@ import yaml
 
 from popula.config import load_config
 from popula.errors import PopulaError
-from popula.run.rundir import prepare_run_dir
+from popula.run.rundir import prepare_run_dir, resume_point
 
 
 def test_fresh_run_writes_the_resolved_config(tmp_path):
@@ -16,8 +16,19 @@ def test_fresh_run_writes_the_resolved_config(tmp_path):
 
 def test_fresh_run_refuses_a_directory_holding_a_run(tmp_path):
     prepare_run_dir(tmp_path, load_config(None), resume=False).release()
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')  # it finished a step
     with pytest.raises(PopulaError, match="already holds a run"):
         prepare_run_dir(tmp_path, load_config(None), resume=False)
+
+
+def test_a_run_that_stopped_before_its_first_step_is_taken_over_not_resumed(tmp_path):
+    # a config alone: the run failed while it opened (a model that would not load, a W&B
+    # login refused); nothing of it is lost, so starting again must not need another --out
+    prepare_run_dir(tmp_path, load_config(None, ["seed=1"]), resume=False).release()
+    with pytest.raises(PopulaError, match="stopped before its first step"):
+        resume_point(tmp_path)
+    prepare_run_dir(tmp_path, load_config(None, ["seed=2"]), resume=False).release()
+    assert load_config(tmp_path / "config.yaml").seed == 2
 
 
 def test_resume_refuses_another_config_and_names_the_keys(tmp_path):

@@ -1,6 +1,7 @@
 """The run directory (docs/design.md § Run directory): creating it, and refusing to mix two runs in one.
 
-A fresh run refuses a directory that already holds a run; `--resume` refuses one whose
+A fresh run refuses a directory that already holds a run (one that finished a step: a run
+that stopped while it opened is taken over); `--resume` refuses one whose
 saved config differs from the given one (except `run.steps`, which a resume may extend,
 `ray.*` / `runtime.*`: a local run may continue on a cluster or another device, and what only
 watches: `heldout.*`, `logging.*`), naming every key that differs.
@@ -147,20 +148,33 @@ def check_run_dir(run_dir: Path, resume: bool) -> None:
     it), or a place this user cannot write. `prepare_run_dir` checks again under the lock."""
     if run_dir.exists() and not run_dir.is_dir():
         raise PopulaError(f"--out {run_dir}: exists and is not a directory; give a directory for the run")
-    has_run = (run_dir / "config.yaml").exists()
-    if resume and not has_run:
+    if resume and not (run_dir / "config.yaml").exists():
         raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
-    if not resume and has_run:
+    if not resume and holds_run(run_dir):
         raise PopulaError(f"{run_dir} already holds a run; continue it with --resume or choose another --out")
     existing = next(p for p in [run_dir.absolute(), *run_dir.absolute().parents] if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise PopulaError(f"--out {run_dir}: cannot write in {existing}")
 
 
+def holds_run(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run that got somewhere: its config and a finished step (a
+    metrics row or a checkpoint). A config alone is a run that failed before its first step
+    (a model that would not load, a W&B login refused): a fresh run may take the directory
+    over, as nothing of it would be lost."""
+    if not (run_dir / "config.yaml").exists():
+        return False
+    metrics = run_dir / "metrics.jsonl"
+    return (metrics.exists() and metrics.stat().st_size > 0) or bool(Checkpoints(run_dir / "checkpoints").steps())
+
+
 def resume_point(run_dir: Path, step: int | None = None) -> int:
     """The checkpoint step a resume of `run_dir` starts from: `step`, or the newest one."""
     kept = Checkpoints(run_dir / "checkpoints").steps()
     if not kept:
+        if not holds_run(run_dir):
+            raise PopulaError(f"{run_dir}: nothing to resume (the run stopped before its first step); "
+                              "start it again without --resume")
         raise PopulaError(f"{run_dir}: no checkpoint to resume from")
     if step is None:
         return kept[-1]
@@ -203,7 +217,7 @@ def _check_and_write_config(run_dir: Path, cfg: Config, resume: bool) -> None:
                 f"{run_dir} belongs to another config: it differs at {', '.join(differ)}. "
                 "Resume with the run's own config.yaml, or start a new run with --out."
             )
-    elif config_path.exists():
+    elif holds_run(run_dir):
         raise PopulaError(
             f"{run_dir} already holds a run; continue it with --resume or choose another --out"
         )
