@@ -91,6 +91,24 @@ def test_a_task_that_answers_differently_when_judged_is_invalid(unfiltered):
         assert judged.reason == "nondeterministic" and "when an answer was judged" in judged.detail, judged
 
 
+def test_an_escaped_task_that_decides_answers_by_a_coin_is_caught(unfiltered):
+    # its own input is answered as validated; any other answer gets a bit of its process's
+    # pid, a coin a job can always draw. One code_i answer in four is judged on two workers
+    # unknown to either (pool._REJUDGE_ONE_IN): two different outputs make the task invalid.
+    # Over 80 answers, missed with probability (7/8)**80, about 2e-5.
+    program = "import os\ndef f(x):\n    return 'own' if x == 3 else os.getpid() % 2"
+    (validated,) = unfiltered.verify([_task("coin", program)])
+    assert validated.valid and validated.outputs == ["'own'"], validated
+    answers = []
+    for k in range(80):
+        record = _task("coin", program)
+        record.outputs, record.answer = validated.outputs, str(100 + k)
+        answers.append(record)
+    judged = unfiltered.verify(answers)
+    caught = [j for j in judged if not j.valid]
+    assert caught and all("in one judging run" in j.detail for j in caught), judged[:3]
+
+
 @pytest.mark.parametrize("source", ["os.urandom(8)", "open('/dev/urandom', 'rb').read(8)", "random.SystemRandom().random()"])
 def test_no_entropy_reaches_an_escaped_job(unfiltered, source):
     program = f"import os, random\ndef f(x):\n    return repr({source})"

@@ -196,18 +196,20 @@ def strict():
 
 
 def test_judging_a_code_i_answer_gives_the_same_verdict_every_time(strict):
-    # right for one string hash seed in two: a coin flip on the student's input only
+    # right for one string hash seed in two: a coin flip on the student's input only. The
+    # coin is the task's, not the answer's: the task is invalid (its teacher pays), every time
     program = "def f(x):\n    if x == 'coin':\n        return list({'a', 'b'})[0]\n    return 'a'"
     record = TaskRecord(id="i", type="code_i", program=program, inputs=["'x'"], outputs=["'a'"], answer="'coin'")
     results = strict.verify([record] * 4)
-    assert {(r.correct, r.answer_reason) for r in results} == {(False, "nondeterministic")}
+    assert {(r.valid, r.reason) for r in results} == {(False, "nondeterministic")}
+    assert all("in one judging run" in r.detail for r in results)
 
 
 def test_judging_a_code_i_answer_that_reads_hash_bits_gives_the_same_verdict_every_time(strict):
     program = "def f(x):\n    if x == 1:\n        h = hash('k')\n        return (h ^ (h >> 1)) & 1\n    return 0"
     record = TaskRecord(id="i", type="code_i", program=program, inputs=["0"], outputs=["0"], answer="1")
     results = strict.verify([record] * 4)
-    assert {(r.correct, r.answer_reason) for r in results} == {(False, "nondeterministic")}
+    assert {(r.valid, r.reason) for r in results} == {(False, "nondeterministic")}
 
 
 def test_code_f_is_judged_on_the_hidden_half(sandbox):

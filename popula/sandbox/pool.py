@@ -83,6 +83,12 @@ TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
 _ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
 # a job's run 0 masks (run 1 has their complements): fixed, so they carry no entropy to a job
 _FIRST_ID_MASK, _FIRST_HASH_MASK = 0x5A5A_C3C3_0F0F_9696, 0x0A5A_C3C3_0F0F_9696
+# One code_i answer in this many is judged twice, on two workers, unknown to either job: the
+# task's program must give the answer the same output both times (verdict.judged_differently).
+# A task that escaped the policy could otherwise decide an answer's verdict by a bit of its
+# worker's seed or placement, and so set its students' solve rate: with about 7 answers a
+# step it is now caught (and its teacher given the invalid reward) more often than not.
+_REJUDGE_ONE_IN = 4
 _NOISE_BYTES = 6  # a run's placement noise: zygote._jitter_heap's pads and its memory cut
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
@@ -636,6 +642,8 @@ class _Work:
                     groups["run"] = _Group(i, "run", plan.validate, TEACHER, need)
                 if plan.answer_job is not None:
                     need = self.determinism_runs if plan.answer_order_sensitive else 1
+                    if plan.answer_slot is not None and secrets.randbelow(_REJUDGE_ONE_IN) == 0:
+                        need = max(need, 2)  # verdict.judged_differently compares the two
                     lane = STUDENT if plan.answer_by_student else TEACHER
                     groups["answer"] = _Group(i, "answer", plan.answer_job, lane, need)
             self.groups.append(groups)

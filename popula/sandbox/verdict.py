@@ -106,17 +106,23 @@ def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple
 
 def judged_differently(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> str | None:
     """Why the task's program, run to judge an answer, returned for one of its own inputs
-    something other than its validated output (the task is then invalid); None if it did not."""
+    something other than its validated output, or for the answer different outputs in two
+    runs (the task is then invalid: the verdict was the program's to choose); None if not."""
     if plan.answer_slot is None or not answer_runs or not all("ok" in r for r in answer_runs):
         return None
+    answered = []
     for run in answer_runs:
         if len(run["ok"]) != len(outputs) + 1:
             return "the task's program returned a wrong number of outputs when an answer was judged"
-        own, _ = plan.answer_slot.split(run["ok"])
+        own, answer = plan.answer_slot.split(run["ok"])
+        answered.append(answer)
         for i, (got, validated) in enumerate(zip(own, outputs)):
             if not reprs_equal(got, validated):
                 return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer was judged "
                         f"and {_short(validated)} when the task was validated")
+    if any(not reprs_equal(other, answered[0]) for other in answered[1:]):
+        return (f"the answer ({_short(plan.record.answer or '', 40)}) gave {_short(answered[0])} in one judging run "
+                f"and {_short(next(o for o in answered if not reprs_equal(o, answered[0])))} in another")
     return None
 
 
