@@ -124,39 +124,6 @@ _CHECKED_READS = _FORMAT_METHODS | {rules.DICT_ATTRIBUTE}  # compiled as calls o
 _DELETE_ATTR = _OP["DELETE_ATTR"]
 
 
-@functools.cache
-def _stdlib_private_names() -> frozenset[str]:
-    """Single-underscore attribute names found on the classes and objects a task can reach.
-
-    A program may use a private attribute only if it defines that name itself (module
-    doc); this set closes the loophole of defining, say, `_evaluate` or `_convert_` on a
-    class of its own and then calling it on typing.ForwardRef or enum.Enum.
-    """
-    import builtins
-    import types
-
-    names: set[str] = set()
-
-    def add(kind: type) -> None:
-        names.update(n for n in dir(kind) if n.startswith("_") and not (n.startswith("__") and n.endswith("__")))
-
-    for name in rules.ALLOWED_MODULES:
-        module = __import__(name, fromlist=["_"])
-        for value in vars(module).values():
-            if isinstance(value, type):
-                add(value)
-                add(type(value))
-            elif not isinstance(value, types.ModuleType):
-                add(type(value))
-                inner = getattr(value, "__dict__", None)
-                if isinstance(inner, dict):
-                    names.update(n for n in inner if isinstance(n, str) and n.startswith("_") and not n.endswith("__"))
-    for value in vars(builtins).values():
-        if isinstance(value, type):
-            add(value)
-    return frozenset(names - rules.HARMLESS_STDLIB_PRIVATE - rules.PUBLIC_UNDERSCORE_ATTRIBUTES)
-
-
 def _all_codes(code: CodeType) -> list[CodeType]:
     out, stack = [], [code]
     while stack:
@@ -186,7 +153,7 @@ def _check_attribute(attr: str, own: set[str], what: str = "attribute", reading:
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in rules.SAFE_DUNDER_ATTRIBUTES and not (reading and attr in rules.READ_ONLY_DUNDER_ATTRIBUTES):
                 raise _Forbidden(f"{'uses' if reading else 'assigns or deletes'} the dunder {what} {attr!r}")
-        elif attr not in rules.PUBLIC_UNDERSCORE_ATTRIBUTES and (attr not in own or attr in _stdlib_private_names()):
+        elif attr not in rules.PUBLIC_UNDERSCORE_ATTRIBUTES and (attr not in own or attr in rules.stdlib_private_names()):
             raise _Forbidden(f"uses the private {what} {attr!r}")
 
 

@@ -14,6 +14,7 @@ escapes rare and give the teacher a precise reason ("forbidden") for its reward.
 from __future__ import annotations
 
 import _string  # str.format's own template parser (hidden_format_field)
+import functools
 
 # Modules a task may import. Everything else is "forbidden" (os, sys, subprocess, socket,
 # shutil, pathlib, random, time, threading, multiprocessing, signal, ctypes, importlib, io,
@@ -256,6 +257,41 @@ TASK_MODULE_NAME = "__popula_task__"
 # mentions it before the rewrite.
 FORMAT_METHODS: frozenset[str] = frozenset({"format", "format_map"})
 FORMAT_CHECKER = "__popula_format__"
+
+
+@functools.cache
+def stdlib_private_names() -> frozenset[str]:
+    """Single-underscore attribute names found on the classes and objects a task can reach.
+
+    A program may use a private attribute only if it defines that name itself (policy.py);
+    this set closes the loophole of defining, say, `_evaluate` or `_convert_` on a class of
+    its own and then calling it on typing.ForwardRef or enum.Enum. A dataclass field may not
+    take one of these names either (zygote._safe_dataclasses: asdict and replace read fields
+    with the real getattr). Imports every allowed module (the worker has them already).
+    """
+    import builtins
+    import types
+
+    names: set[str] = set()
+
+    def add(kind: type) -> None:
+        names.update(n for n in dir(kind) if n.startswith("_") and not (n.startswith("__") and n.endswith("__")))
+
+    for name in ALLOWED_MODULES:
+        module = __import__(name, fromlist=["_"])
+        for value in vars(module).values():
+            if isinstance(value, type):
+                add(value)
+                add(type(value))
+            elif not isinstance(value, types.ModuleType):
+                add(type(value))
+                inner = getattr(value, "__dict__", None)
+                if isinstance(inner, dict):
+                    names.update(n for n in inner if isinstance(n, str) and n.startswith("_") and not n.endswith("__"))
+    for value in vars(builtins).values():
+        if isinstance(value, type):
+            add(value)
+    return frozenset(names - HARMLESS_STDLIB_PRIVATE - PUBLIC_UNDERSCORE_ATTRIBUTES)
 
 
 def hidden_attribute(name: str) -> bool:

@@ -519,15 +519,7 @@ def _safe_dataclasses():
 
     field_type, params_type, real_field_marker = dc.Field, dc._DataclassParams, dc._FIELD
     field_dicts = {}  # id -> the field dicts dataclass() made in this job
-    private = set()
-    for module_name in rules.ALLOWED_MODULES:
-        for value in vars(sys.modules[module_name]).values():
-            for kind in (value, type(value)) if isinstance(value, type) else (type(value),):
-                private.update(n for n in dir(kind) if n.startswith("_") and not n.endswith("__"))
-    for value in vars(builtins).values():
-        if isinstance(value, type):
-            private.update(n for n in dir(value) if n.startswith("_") and not n.endswith("__"))
-    private = frozenset(private - rules.HARMLESS_STDLIB_PRIVATE - rules.PUBLIC_UNDERSCORE_ATTRIBUTES)  # as policy.py's
+    private = rules.stdlib_private_names()  # the names policy.py keeps a task from borrowing
     name_slot = field_type.__dict__["name"]
 
     def name_allowed(name):
