@@ -231,22 +231,27 @@ def _die_with_parent():
     _PRCTL(PR_SET_PDEATHSIG, 9)  # SIGKILL
 
 
+def _flags_word(cls):
+    """The tp_flags word of `cls`, writable, or None: found by value (the word equal to
+    cls.__flags__ at its known offset in CPython 3.11-3.13), so if the layout ever differs
+    nothing is written."""
+    word = ctypes.c_ulong.from_address(id(cls) + 168)
+    return word if word.value == cls.__flags__ else None
+
+
 def _freeze_class(cls, warnings):
     """Set Py_TPFLAGS_IMMUTABLETYPE on a heap class: `Cls.attr = x` then raises TypeError.
-
-    tp_flags is found by value (the word equal to cls.__flags__ at its known offset in
-    CPython 3.11-3.13); if the layout ever differs, nothing is written and we warn.
+    Where the layout is unknown (_flags_word), nothing is written and we warn.
     (A second line only: each job has its own process, so a patch dies with it.)
     """
-    flags = cls.__flags__
-    if flags & Py_TPFLAGS_IMMUTABLETYPE:
+    if cls.__flags__ & Py_TPFLAGS_IMMUTABLETYPE:
         return
-    word = ctypes.c_ulong.from_address(id(cls) + 168)
-    if word.value != flags:
+    word = _flags_word(cls)
+    if word is None:
         if "layout" not in " ".join(warnings):
             warnings.append("unknown type layout: classes of allowed modules stay mutable within a job")
         return
-    word.value = flags | Py_TPFLAGS_IMMUTABLETYPE
+    word.value = cls.__flags__ | Py_TPFLAGS_IMMUTABLETYPE
 
 
 def _load_codecs():
@@ -381,7 +386,7 @@ def _strip_class_attributes(warnings):
     """Delete rules.STRIPPED_CLASS_ATTRIBUTES (the clock and time zone reads of datetime's
     C types) from the classes themselves, for this worker and every job forked from it:
     no route reaches a method that no longer exists. C types are immutable, so the flag
-    that says so is lifted for the deletion, found by value as in _freeze_class. Returns
+    that says so is lifted for the deletion (_change_builtin_type). Returns
     the modules to leave out when that cannot be done (an unknown type layout): those that
     hand out datetime's objects (rules.CLOCK_MODULES)."""
     for module, cls_name, attr in sorted(rules.STRIPPED_CLASS_ATTRIBUTES):
@@ -397,10 +402,10 @@ def _strip_class_attributes(warnings):
 
 def _change_builtin_type(cls, change, *args):
     """`change(cls, *args)` (type.__setattr__ or __delattr__) on an immutable C type, its
-    immutability flag lifted for the call, found by value as in _freeze_class. False, and
-    nothing done, when the type's layout is unknown."""
-    word = ctypes.c_ulong.from_address(id(cls) + 168)
-    if word.value != cls.__flags__:
+    immutability flag lifted for the call (_flags_word). False, and nothing done, when the
+    type's layout is unknown."""
+    word = _flags_word(cls)
+    if word is None:
         return False
     word.value = cls.__flags__ & ~Py_TPFLAGS_IMMUTABLETYPE
     try:
@@ -429,15 +434,19 @@ def _mask_address_reprs(warnings):
     so such an output differs between runs for certain and gets the large run group. Set
     on the C types themselves (no allowed name reaches the wrapper's real repr); object's
     covers every type that inherits its repr, the task's classes included."""
-    reals = [cls.__dict__["__repr__"] for cls in _ADDRESS_REPR_TYPES]
-    for cls, real in zip(_ADDRESS_REPR_TYPES, reals):
-        def __repr__(self, _real=real):  # noqa: N807
-            text = _real(self)
+    def masked(cls):
+        real = cls.__dict__["__repr__"]  # the type's own C repr (each listed type has one)
+
+        def __repr__(self):  # noqa: N807
+            text = real(self)
             mask = _ADDRESS_MASK[0]
             return text if mask is None else mask(text)
 
         __repr__.__qualname__ = f"{cls.__name__}.__repr__"
-        if not _change_builtin_type(cls, type.__setattr__, "__repr__", __repr__):
+        return __repr__
+
+    for cls in _ADDRESS_REPR_TYPES:
+        if not _change_builtin_type(cls, type.__setattr__, "__repr__", masked(cls)):
             warnings.append("unknown type layout: default reprs show real addresses "
                             "(caught by placement shifts, less reliably)")
             return
