@@ -120,9 +120,10 @@ def judged_differently(plan: Plan, outputs: list[str], answer_runs: list[RunResu
             if not reprs_equal(got, validated):
                 return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer was judged "
                         f"and {_short(validated)} when the task was validated")
-    if any(not reprs_equal(other, answered[0]) for other in answered[1:]):
+    differing = [other for other in answered[1:] if not reprs_equal(other, answered[0])]
+    if differing:
         return (f"the answer ({_short(plan.record.answer or '', 40)}) gave {_short(answered[0])} in one judging run "
-                f"and {_short(next(o for o in answered if not reprs_equal(o, answered[0])))} in another")
+                f"and {_short(differing[0])} in another")
     return None
 
 
