@@ -607,10 +607,10 @@ class _Work:
         determinism_runs: int,
         workers: int,
         progress: Callable[[int], None] | None,
-        weights: list[int] | None = None,
+        weights: list[int],
     ) -> None:
         self.records = records
-        self.weights = weights or [1] * len(records)  # records each one stands for (_distinct)
+        self.weights = weights  # per record: how many of the caller's records it stands for (_distinct)
         self.limits = limits
         self.determinism_runs = determinism_runs
         self.plans: list[Plan] = []
