@@ -93,9 +93,10 @@ def test_a_task_that_answers_differently_when_judged_is_invalid(unfiltered):
 
 def test_an_escaped_task_that_decides_answers_by_a_coin_is_caught(unfiltered):
     # its own input is answered as validated; any other answer gets a bit of its process's
-    # pid, a coin a job can always draw. One code_i answer in four is judged on two workers
-    # unknown to either (pool._REJUDGE_ONE_IN): two different outputs make the task invalid.
-    # Over 80 answers, missed with probability (7/8)**80, about 2e-5.
+    # pid, a coin a job can always draw. One job of code_i answers in two (four answers each,
+    # plan.EXTRAS) is judged on two workers unknown to either (pool._REJUDGE_ONE_IN): two
+    # different outputs make the task invalid. Over 80 answers (20 jobs), missed with
+    # probability (1 - 1/2 * 15/16)**20, about 3e-6.
     program = "import os\ndef f(x):\n    return 'own' if x == 3 else os.getpid() % 2"
     (validated,) = unfiltered.verify([_task("coin", program)])
     assert validated.valid and validated.outputs == ["'own'"], validated

@@ -169,6 +169,45 @@ def test_code_i_accepts_any_input_that_works(sandbox):
     assert [r.correct for r in sandbox.verify(records)] == [True, True, False, True, False, True]
 
 
+def test_the_code_i_answers_of_one_task_share_jobs(sandbox):
+    """A task's code_i answers are judged up to plan.EXTRAS in a job, at random places among
+    its own inputs: the rollouts of a step take a quarter of the jobs they took alone."""
+    from popula.sandbox.plan import EXTRAS
+    from popula.sandbox.pool import _Work
+
+    program = "def f(x):\n    return x % 7"
+    records = [TaskRecord(id=f"i{k}", type="code_i", program=program, inputs=["3", "12"], outputs=["3", "5"],
+                          answer=str(k)) for k in range(2 * EXTRAS + 1)]
+    work = _Work(records, Limits(), 10, 2, None, [1] * len(records))
+    work.plan_more(len(records))
+    assert len({id(work.groups[i]["answer"]) for i in range(len(records))}) == 3
+    assert [r.correct for r in sandbox.verify(records)] == [k % 7 == 3 for k in range(2 * EXTRAS + 1)]
+
+
+def test_an_answer_that_breaks_its_shared_job_spoils_no_other(sandbox):
+    # a job that fails as a whole (an exception, a timeout) is judged again answer by answer
+    program = "def f(x):\n    while x == 0:\n        pass\n    return 12 // x"
+    answers = ["3", "0", "'a'", "6"]
+    records = [TaskRecord(id=a, type="code_i", program=program, inputs=["3"], outputs=["4"], answer=a) for a in answers]
+    results = sandbox.verify(records)
+    assert [(r.valid, r.correct, r.answer_reason) for r in results] == [
+        (True, True, None), (True, False, "timeout"), (True, False, "runtime_error"), (True, False, None)]
+
+
+def test_a_code_i_task_is_validated_and_judged_in_jobs_of_one_shape():
+    # its inputs and plan.EXTRAS more argument lists: repeats of its own when validated, answers
+    # (and repeats for the places left) when judged
+    from popula.sandbox.plan import EXTRAS, judge_together, plan_record
+
+    task = TaskRecord(id="i", type="code_i", program="def f(x):\n    return x", inputs=["1", "2", "3"])
+    validated = plan_record(task, Limits())
+    answers = [plan_record(TaskRecord(id="a", type="code_i", program=task.program, inputs=task.inputs,
+                                      outputs=["1", "2", "3"], answer=a), Limits()) for a in ("7", "8")]
+    (_, judged), _ = judge_together(answers, Limits())
+    assert validated.validate is not None and len(validated.validate[1]) == len(judged) == 3 + EXTRAS
+    assert sorted(answers[0].answer_slot.extras[p.answer_index] for p in answers) == ["7", "8"]
+
+
 @pytest.mark.parametrize(
     "answer",
     [

@@ -17,21 +17,24 @@ An answer that is not a value gets answer_reason "not_a_value" and never runs.
 
 Every job has one shape: a program and a list of argument lists, nothing else (no kind,
 no record, no expected output). A teacher's program runs twice in a task's life, when it
-is validated and when a code_i answer is judged, and the two jobs look alike: validation
-runs the task's inputs with one of them repeated at a random place, judging runs the same
-inputs with the answer at that place (`Slotted`). A program that escaped the policy and
-tells the two apart learns only whether the extra input equals its own, which a pure
-program can test too; and what it returns for its own inputs when judged must equal its
-validated outputs, else the task is invalid (verdict.py). An answer's runs follow the
-task's rules for determinism (pool.py): runs that disagree make the answer wrong, so the
-same record always gets the same verdict.
+is validated and when code_i answers are judged, and the two jobs look alike (`Slotted`):
+the task's inputs with EXTRAS more argument lists at random places. When validated, the
+extras repeat randomly drawn inputs of its own; when judged, they are up to EXTRAS answers
+(of any of its students' rollouts, `judge_together`), the places left filled with repeats.
+A program that escaped the policy and tells the two apart learns only whether an extra
+input equals one of its own, which a pure program can test too; and what it returns for
+its own inputs and their repeats when judged must equal its validated outputs, else the
+task is invalid (verdict.py). An answer's runs follow the task's rules for determinism
+(pool.py): runs that disagree make the task invalid, so the same record always gets the
+same verdict.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import secrets
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
@@ -49,21 +52,45 @@ Job = tuple[CodeType, list[CodeType]]
 _NO_VALUE = object()
 
 
+EXTRAS = 4  # extra argument lists in every job of an "arguments" task (module doc)
+_DRAW = random.SystemRandom()
+
+
 @dataclass(frozen=True)
 class Slotted:
-    """Where a job's extra argument list sits among the task's own: the repeated input of an
-    "arguments" task's validation, or the answer when such a task is judged (module doc)."""
+    """The extra argument lists of an "arguments" task's job and where they sit among the
+    task's own (module doc): each extra is an answer (source None) or repeats own input
+    `source`."""
 
-    slot: int
+    slots: tuple[int, ...]  # ascending places of the extras in the job's argument lists
+    extras: tuple[str, ...]  # their texts, in slot order
+    sources: tuple[int | None, ...]
+    answers: tuple[int, ...] = ()  # which extra each answer given to drawn() is
 
-    def place(self, own: list[str], extra: str) -> list[str]:
+    @classmethod
+    def drawn(cls, own: list[str], answers: Sequence[str] = ()) -> Slotted:
+        """`answers` (at most EXTRAS) and repeats of randomly drawn own inputs, shuffled
+        into EXTRAS random places."""
+        repeats = [_DRAW.randrange(len(own)) for _ in range(EXTRAS - len(answers))] if own else []
+        extras = [(a, None, n) for n, a in enumerate(answers)] + [(own[k], k, None) for k in repeats]
+        _DRAW.shuffle(extras)
+        slots = tuple(sorted(_DRAW.sample(range(len(own) + len(extras)), len(extras))))
+        where = {n: k for k, (_, _, n) in enumerate(extras) if n is not None}
+        return cls(slots, tuple(t for t, _, _ in extras), tuple(k for _, k, _ in extras),
+                   tuple(where[n] for n in range(len(answers))))
+
+    def place(self, own: list[str]) -> list[str]:
         """The argument lists' texts in the order the job runs them (compiled in one go, so
-        the extra one's code differs from a task input's only as its text does)."""
-        return [*own[: self.slot], extra, *own[self.slot :]]
+        an extra's code differs from a task input's only as its text does)."""
+        texts, rest, extras = [], iter(own), dict(zip(self.slots, self.extras))
+        for k in range(len(own) + len(self.slots)):
+            texts.append(extras[k] if k in extras else next(rest))
+        return texts
 
-    def split(self, outputs: list[str]) -> tuple[list[str], str]:
-        """(the outputs of the task's own inputs, the extra one's output)."""
-        return [*outputs[: self.slot], *outputs[self.slot + 1 :]], outputs[self.slot]
+    def split(self, outputs: list[str]) -> tuple[list[str], list[str]]:
+        """(the outputs of the task's own inputs, the extras' outputs in slot order)."""
+        at = set(self.slots)
+        return [o for k, o in enumerate(outputs) if k not in at], [outputs[k] for k in self.slots]
 
 
 @dataclass
@@ -71,13 +98,16 @@ class Plan:
     record: TaskRecord
     invalid: Rejection | None = None
     validate: Job | None = None  # run on two or more workers when set
-    validate_slot: Slotted | None = None  # an "arguments" task's repeated input (module doc)
+    validate_slot: Slotted | None = None  # an "arguments" task's repeated inputs (module doc)
     order_sensitive: bool = False  # builds sets: validated on more workers (pool.py)
     answer_value: Any = _NO_VALUE  # a "value" answer (code_o) read as a literal
-    answer_job: Job | None = None  # an "arguments" or "program" answer's runs (pool.py decides how many)
+    answer_job: Job | None = None  # a "program" answer's runs (pool.py decides how many)
     answer_order_sensitive: bool = False  # its code builds sets: as many runs as validation's
     answer_by_student: bool = False  # runs a student's program: on student workers only
-    answer_slot: Slotted | None = None  # an "arguments" answer's place among the task's inputs
+    answer_arguments: str | None = None  # an "arguments" answer written back as source, to judge_together
+    task_code: CodeType | None = None  # the task's compiled program, for judge_together
+    answer_slot: Slotted | None = None  # set by judge_together: the job the answer is judged in ...
+    answer_index: int = 0  # ... and which of its extras the answer is
     answer_rejection: Rejection | None = None
 
     @property
@@ -146,8 +176,8 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         assert code is not None and args is not None
         plan.order_sensitive = policy.order_sensitive(code) or any(policy.order_sensitive(a) for a in args)
         if get_kind(record.type).answer == "arguments" and args:
-            plan.validate_slot = Slotted(secrets.randbelow(len(args) + 1))
-            slotted = policy.compile_argument_lists(plan.validate_slot.place(list(record.inputs), record.inputs[0]), cap)
+            plan.validate_slot = Slotted.drawn(list(record.inputs))
+            slotted = policy.compile_argument_lists(plan.validate_slot.place(list(record.inputs)), cap)
             assert not isinstance(slotted, Rejection)  # the same texts compiled alone
             args = slotted
         plan.validate = (code, args)
@@ -171,14 +201,12 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         except NotAValue as err:
             plan.answer_rejection = _not_a_value_answer(answer, "an argument list of literal values", err)
             return plan
-        slot = Slotted(secrets.randbelow(len(own) + 1))
-        compiled = policy.compile_argument_lists(slot.place(list(record.inputs), argument_source(args, kwargs)), cap)
+        source = argument_source(args, kwargs)
+        compiled = policy.compile_argument_lists([source], cap)
         if isinstance(compiled, Rejection):  # a value too large or deep to write back as source
             plan.answer_rejection = Rejection(compiled.reason, f"the answer, written back as a value: {compiled.detail}")
             return plan
-        plan.answer_slot = slot
-        plan.answer_job = (code, compiled)
-        plan.answer_order_sensitive = policy.order_sensitive(code) or any(map(policy.order_sensitive, compiled))
+        plan.answer_arguments, plan.task_code = source, code
     else:  # "program"
         codes = task_args()
         if codes is None:
@@ -192,6 +220,24 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
             plan.answer_order_sensitive = policy.order_sensitive(student) or any(map(policy.order_sensitive, hidden))
             plan.answer_by_student = True
     return plan
+
+
+def judge_together(plans: Sequence[Plan], limits: Limits) -> tuple[Job, bool]:
+    """One job judging the "arguments" answers of `plans` (at most EXTRAS, all of one task:
+    the same program and inputs) at random places among the task's inputs, and whether it
+    builds sets. Sets each plan's answer_slot and answer_index. Answers that share a job
+    share its runs: a run that fails as a whole is not blamed on any of them (pool.py then
+    judges each alone)."""
+    assert 0 < len(plans) <= EXTRAS and all(p.answer_arguments is not None for p in plans)
+    own = list(plans[0].record.inputs)
+    slot = Slotted.drawn(own, [p.answer_arguments for p in plans])  # type: ignore[misc]
+    compiled = policy.compile_argument_lists(slot.place(own), limits.max_source_chars)
+    assert not isinstance(compiled, Rejection)  # texts that each compiled alone
+    for plan, index in zip(plans, slot.answers):
+        plan.answer_slot, plan.answer_index = slot, index
+    code = plans[0].task_code
+    assert code is not None
+    return (code, compiled), policy.order_sensitive(code) or any(map(policy.order_sensitive, compiled))
 
 
 def _not_a_value_answer(answer: str, wanted: str, err: NotAValue) -> Rejection:

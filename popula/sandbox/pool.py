@@ -16,12 +16,14 @@ Batches are handed out dynamically (a worker that meets a slow task does not hol
 the others), with one constraint: the runs of one job (a task's validation, an answer's
 judging) go to *different* workers, which differ in hash seed (PYTHONHASHSEED, chosen
 here, distinct per worker) and address-space layout, and get different identity masks
-(zygote._identity_builtins). A validation takes two runs, an answer one; a job whose code
+(zygote._identity_builtins). A validation takes two runs, an answer one (up to four code_i
+answers of one task share a job, plan.judge_together); a job whose code
 builds sets (whose iteration order of strings depends on the seed: `list({'a', 'b'})` is
 a coin flip between two seeds), or whose run reads a masked id or hash, takes
 `determinism_runs` runs, so that a coin flip passes with probability
 2**-(determinism_runs - 1) at most (extra workers start on first need). An answer's runs
-that disagree make it wrong: the same record gets the same verdict every time.
+that disagree make it wrong (a code_i answer's, its task invalid): the same record gets
+the same verdict every time.
 
 Workers come in two lanes that never share a process: teacher workers run teachers'
 programs (validation, and code_i answers, which run the task's program on the answer's
@@ -71,7 +73,7 @@ from popula.kinds import get_kind
 from popula.records import TaskRecord, VerifyResult
 from popula.sandbox import policy
 from popula.sandbox.limits import Limits
-from popula.sandbox.plan import Job, Plan, plan_record
+from popula.sandbox.plan import EXTRAS, Job, Plan, judge_together, plan_record
 from popula.sandbox.verdict import RunResult, assemble, checked
 
 _FRAME = struct.Struct(">I")
@@ -83,12 +85,14 @@ TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
 _ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
 # a job's run 0 masks (run 1 has their complements): fixed, so they carry no entropy to a job
 _FIRST_ID_MASK, _FIRST_HASH_MASK = 0x5A5A_C3C3_0F0F_9696, 0x0A5A_C3C3_0F0F_9696
-# One code_i answer in this many is judged twice, on two workers, unknown to either job: the
-# task's program must give the answer the same output both times (verdict.judged_differently).
-# A task that escaped the policy could otherwise decide an answer's verdict by a bit of its
-# worker's seed or placement, and so set its students' solve rate: with about 7 answers a
-# step it is now caught (and its teacher given the invalid reward) more often than not.
-_REJUDGE_ONE_IN = 4
+# One job of code_i answers in this many is judged twice, on two workers, unknown to either
+# job: the task's program must give each answer the same output both times
+# (verdict.judged_differently). A task that escaped the policy could otherwise decide an
+# answer's verdict by a bit of its worker's seed or placement, and so set its students'
+# solve rate: with two jobs of four answers a step (the default's two students of four
+# rollouts), a fair coin is caught (and its teacher given the invalid reward) with
+# probability 1 - (1 - 1/2 * 15/16)**2 = 0.72 a step.
+_REJUDGE_ONE_IN = 2
 _NOISE_BYTES = 6  # a run's placement noise: zygote._jitter_heap's pads and its memory cut
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
@@ -180,7 +184,7 @@ class _Group:
     workers of one lane, and what came back. `gen` counts restarts after a lost worker:
     late results of an older generation are ignored."""
 
-    task: int
+    tasks: tuple[int, ...]  # the records it judges: one, or code_i answers judged together
     role: str  # "run" | "answer"
     job: Job
     lane: str
@@ -598,6 +602,9 @@ class _Work:
     ones in front, so they finish first). A run that reports a masked id or hash raises its
     group's need to `determinism_runs`. If a worker is lost, its groups start over with a
     new generation (all runs again, on different workers again), at most _MAX_ATTEMPTS times.
+    The code_i answers of one task are judged up to plan.EXTRAS in a job (plan.judge_together:
+    a quarter of the jobs); if such a job fails as a whole, each answer is judged alone, so
+    no answer's verdict is another's doing.
     """
 
     def __init__(
@@ -631,6 +638,7 @@ class _Work:
 
     def plan_more(self, count: int) -> None:
         """Check and compile the next `count` records and queue their runs."""
+        together: dict[tuple, list[int]] = collections.defaultdict(list)  # code_i answers by task
         for record in self.records[len(self.plans) : len(self.plans) + count]:
             i = len(self.plans)
             plan = plan_record(record, self.limits)
@@ -639,19 +647,33 @@ class _Work:
             if plan.invalid is None:
                 if plan.validate is not None:
                     need = self.determinism_runs if plan.order_sensitive else 2
-                    groups["run"] = _Group(i, "run", plan.validate, TEACHER, need)
+                    groups["run"] = _Group((i,), "run", plan.validate, TEACHER, need)
                 if plan.answer_job is not None:
                     need = self.determinism_runs if plan.answer_order_sensitive else 1
-                    if plan.answer_slot is not None and secrets.randbelow(_REJUDGE_ONE_IN) == 0:
-                        need = max(need, 2)  # verdict.judged_differently compares the two
                     lane = STUDENT if plan.answer_by_student else TEACHER
-                    groups["answer"] = _Group(i, "answer", plan.answer_job, lane, need)
+                    groups["answer"] = _Group((i,), "answer", plan.answer_job, lane, need)
+                elif plan.answer_arguments is not None:
+                    together[(record.type, record.program, tuple(record.inputs), tuple(record.outputs))].append(i)
             self.groups.append(groups)
-            self.waiting.append(len(groups))
+            self.waiting.append(len(groups) + (plan.answer_arguments is not None and plan.invalid is None))
             for group in groups.values():
                 self._open(group)
-            if not groups:
+            if self.waiting[i] == 0:
                 self._record_done(i)
+        for tasks in together.values():
+            for k in range(0, len(tasks), EXTRAS):
+                self._judge_together(tasks[k : k + EXTRAS])
+
+    def _judge_together(self, tasks: list[int]) -> None:
+        """Queue one job judging the code_i answers of `tasks` (records of one task)."""
+        job, order_sensitive = judge_together([self.plans[i] for i in tasks], self.limits)
+        need = self.determinism_runs if order_sensitive else 1
+        if secrets.randbelow(_REJUDGE_ONE_IN) == 0:
+            need = max(need, 2)  # verdict.judged_differently compares the two
+        group = _Group(tuple(tasks), "answer", job, TEACHER, need)
+        for i in tasks:
+            self.groups[i]["answer"] = group
+        self._open(group)
 
     def _open(self, group: _Group) -> None:
         lane_need = max(group.need, self.lane_width if group.lane == STUDENT else 2)
@@ -664,9 +686,10 @@ class _Work:
             self.progress(self.weights[task])
 
     def _group_done(self, group: _Group) -> None:
-        self.waiting[group.task] -= 1
-        if self.waiting[group.task] == 0:
-            self._record_done(group.task)
+        for task in group.tasks:
+            self.waiting[task] -= 1
+            if self.waiting[task] == 0:
+                self._record_done(task)
 
     def finished(self) -> bool:
         return self.left == 0
@@ -697,6 +720,11 @@ class _Work:
     def deliver(self, unit: _Unit, result: RunResult) -> None:
         group = unit.group
         if unit.gen != group.gen or len(group.runs) >= group.need:
+            return
+        if "err" in result and len(group.tasks) > 1:
+            group.need = 0  # failed as a whole: its queued or running runs are stale now
+            for i in group.tasks:
+                self._judge_together([i])
             return
         group.runs.append(result)
         if result.get("seeded") and group.need < self.determinism_runs:

@@ -91,12 +91,11 @@ def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple
     if not answer_runs:
         raise AssertionError("an answer that needs a run has no run result")
     if plan.answer_slot is not None:  # "arguments": the answer among the task's own inputs
-        labels = plan.answer_slot.place(list(record.inputs), record.answer or "")
-        reason, detail, got = validation(answer_runs, labels)
+        reason, detail, got = validation(answer_runs, plan.answer_slot.place(list(record.inputs)))
         if reason is not None:
             return False, reason, detail
-        _, answered = plan.answer_slot.split(got)
-        return reprs_equal(answered, outputs[0]), None, ""
+        _, extras = plan.answer_slot.split(got)
+        return reprs_equal(extras[plan.answer_index], outputs[0]), None, ""
     split = hidden_split(len(outputs))
     reason, detail, got = validation(answer_runs, record.inputs[split:])
     if reason is not None:
@@ -105,41 +104,48 @@ def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple
 
 
 def judged_differently(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> str | None:
-    """Why the task's program, run to judge an answer, returned for one of its own inputs
-    something other than its validated output, or for the answer different outputs in two
-    runs (the task is then invalid: the verdict was the program's to choose); None if not."""
-    if plan.answer_slot is None or not answer_runs or not all("ok" in r for r in answer_runs):
+    """Why the task's program, run to judge answers, returned for one of its own inputs (or
+    a repeat of one) something other than its validated output, or for an answer different
+    outputs in two runs (the task is then invalid: the verdict was the program's to
+    choose); None if not."""
+    slot = plan.answer_slot
+    if slot is None or not answer_runs or not all("ok" in r for r in answer_runs):
         return None
+    answers = [k for k, source in enumerate(slot.sources) if source is None]  # extras that are answers
     answered = []
     for run in answer_runs:
-        if len(run["ok"]) != len(outputs) + 1:
+        if len(run["ok"]) != len(outputs) + len(slot.slots):
             return "the task's program returned a wrong number of outputs when an answer was judged"
-        own, answer = plan.answer_slot.split(run["ok"])
-        answered.append(answer)
-        for i, (got, validated) in enumerate(zip(own, outputs)):
-            if not reprs_equal(got, validated):
-                return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer was judged "
-                        f"and {_short(validated)} when the task was validated")
-    differing = [other for other in answered[1:] if not reprs_equal(other, answered[0])]
-    if differing:
-        return (f"the answer ({_short(plan.record.answer or '', 40)}) gave {_short(answered[0])} in one judging run "
-                f"and {_short(differing[0])} in another")
+        own, extras = slot.split(run["ok"])
+        answered.append([extras[k] for k in answers])
+        repeats = [(source, x) for x, source in zip(extras, slot.sources) if source is not None]
+        for i, got in [*enumerate(own), *repeats]:
+            if not reprs_equal(got, outputs[i]):
+                return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer was "
+                        f"judged and {_short(outputs[i])} when the task was validated")
+    for other in answered[1:]:
+        for k, x, y in zip(answers, answered[0], other):
+            if not reprs_equal(x, y):
+                return (f"the answer ({_short(slot.extras[k], 40)}) gave {_short(x)} in one judging run and "
+                        f"{_short(y)} in another")
     return None
 
 
 def _validated(plan: Plan, runs: list[RunResult]) -> tuple[str | None, str, list[str]]:
-    """validation() of a task's own runs; an "arguments" task's repeated input (plan.py)
-    must give what its original gives."""
+    """validation() of a task's own runs; an "arguments" task's repeated inputs (plan.py)
+    must give what their originals give."""
     inputs = plan.record.inputs
-    if plan.validate_slot is None:
+    slot = plan.validate_slot
+    if slot is None:
         return validation(runs, inputs)
-    reason, detail, outputs = validation(runs, plan.validate_slot.place(list(inputs), inputs[0]))
+    reason, detail, outputs = validation(runs, slot.place(list(inputs)))
     if reason is not None:
         return reason, detail, outputs
-    own, repeated = plan.validate_slot.split(outputs)
-    if not reprs_equal(own[0], repeated):
-        return ("nondeterministic", f"input 0 ({_short(inputs[0], 40)}) gave {_short(own[0])} once and "
-                f"{_short(repeated)} when run again in the same process", [])
+    own, repeated = slot.split(outputs)
+    for source, again in zip(slot.sources, repeated):
+        if source is not None and not reprs_equal(own[source], again):
+            return ("nondeterministic", f"input {source} ({_short(inputs[source], 40)}) gave {_short(own[source])} "
+                    f"once and {_short(again)} when run again in the same process", [])
     return None, "", own
 
 
