@@ -13,6 +13,8 @@ files outside it (metrics, task log) are cut back to the checkpoint's step on re
 
 from __future__ import annotations
 
+import gc
+
 import io
 import json
 import pickle
@@ -254,6 +256,10 @@ class PopulationRun:
         Ctrl-C during a step's play abandons the step: play changes only the random generators,
         which are set back, so the checkpoint written then is the step before it, exactly.
         """
+        # What exists now (the model, the engines, the tokenizer: some 400,000 objects on the
+        # tiny base) lives as long as the run: kept out of the collector, a full collection
+        # no longer walks them (a 0.2 s pause in some step on the tiny base).
+        gc.freeze()
         with GracefulStop() as stop:
             try:
                 while self.step < self.cfg.run.steps and not stop.requested:
