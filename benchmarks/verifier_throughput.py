@@ -1,13 +1,14 @@
 """Verifier throughput: validated tasks per second, each task run twice, all limits on.
 
-    python3 benchmarks/verifier_throughput.py [--tasks N] [--workers W] [--repeats R]
+    python3 benchmarks/verifier_throughput.py [--tasks N] [--workers W] [--repeats R] [--rollouts K]
 
 The task set is realistic and mixed: programs from the project's random generator
 (code_o, code_i and code_f, 1 to 10 inputs each), hand-written real-world programs
 (string/list/dict work, imports, classes), and invalid ones that fail fast (syntax,
 forbidden imports, runtime errors, nondeterministic set order). Timeouts are left out
 of the headline on purpose: one 2-second infinite loop would measure the time limit,
-not the verifier. A second figure judges student answers of already-validated tasks.
+not the verifier. A second figure judges student answers of already-validated tasks, K
+of each (4, the default config's rollouts), as a trainer's step judges them.
 
 For scale, the same run measures, side by side, a fresh `python3 -I -S` per run and a
 bare fork per run from a warm parent (the two designs this one improves on).
@@ -67,23 +68,24 @@ def mixed_tasks(n: int, seed: int) -> list[TaskRecord]:
     return tasks
 
 
-def answered(tasks: list[TaskRecord], results, seed: int) -> list[TaskRecord]:
-    """Validated tasks with a student answer each (about half right), as the trainer judges them."""
+def answered(tasks: list[TaskRecord], results, seed: int, rollouts: int) -> list[TaskRecord]:
+    """Validated tasks with `rollouts` student answers each (about half right), as the trainer
+    judges them: a student's rollouts of one task come together, and their texts differ."""
     rng = random.Random(seed)
     out = []
     for task, result in zip(tasks, results):
         if not result.valid:
             continue
-        right = rng.random() < 0.5
-        if task.type == "code_o":
-            answer = result.outputs[0] if right else "None"
-        elif task.type == "code_i":
-            answer = task.inputs[0]
-        else:
-            answer = task.program if right else "def f(*a):\n    return 0"
-        out.append(
-            TaskRecord(id=task.id, type=task.type, program=task.program, inputs=task.inputs, outputs=result.outputs, answer=answer)
-        )
+        for k in range(rollouts):
+            right = rng.random() < 0.5
+            if task.type == "code_o":
+                answer = result.outputs[0] if right else "None"
+            elif task.type == "code_i":
+                answer = task.inputs[0] + " " * k
+            else:
+                answer = f"{task.program}\n# rollout {k}" if right else f"def f(*a):\n    return {k}"
+            out.append(TaskRecord(id=f"{task.id}-{k}", type=task.type, program=task.program, inputs=task.inputs,
+                                  outputs=result.outputs, answer=answer))
     return out
 
 
@@ -145,6 +147,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rollouts", type=int, default=4, help="answers judged per validated task (the default config's)")
     args = parser.parse_args()
 
     tasks = mixed_tasks(args.tasks, seed=0)
@@ -155,7 +158,7 @@ def main() -> None:
         for _ in range(args.repeats):
             results, wall, cpu, main_cpu = timed_verify(sandbox, tasks)
             rows.append((wall, cpu, main_cpu))
-        judge_tasks = answered(tasks, results, seed=1)
+        judge_tasks = answered(tasks, results, seed=1, rollouts=args.rollouts)
         sandbox.verify(judge_tasks[:50])  # starts the student workers, as a trainer's first step does
         judge_rows = [timed_verify(sandbox, judge_tasks)[1:3] for _ in range(args.repeats)]
     valid = sum(r.valid for r in results)
