@@ -93,10 +93,9 @@ def test_a_task_that_answers_differently_when_judged_is_invalid(unfiltered):
 
 def test_an_escaped_task_that_decides_answers_by_a_coin_is_caught(unfiltered):
     # its own input is answered as validated; any other answer gets a bit of its process's
-    # pid, a coin a job can always draw. One job of code_i answers in two (four answers each,
-    # plan.EXTRAS) is judged on two workers unknown to either (pool._REJUDGE_ONE_IN): two
-    # different outputs make the task invalid. Over 80 answers (20 jobs), missed with
-    # probability (1 - 1/2 * 15/16)**20, about 3e-6.
+    # pid, a coin a job can always draw. Every job of code_i answers (eight each, plan.EXTRAS)
+    # is judged on two workers: two different outputs make the task invalid. Over 80 answers
+    # (10 jobs), missed with probability 2**-80.
     program = "import os\ndef f(x):\n    return 'own' if x == 3 else os.getpid() % 2"
     (validated,) = unfiltered.verify([_task("coin", program)])
     assert validated.valid and validated.outputs == ["'own'"], validated
@@ -108,6 +107,29 @@ def test_an_escaped_task_that_decides_answers_by_a_coin_is_caught(unfiltered):
     judged = unfiltered.verify(answers)
     caught = [j for j in judged if not j.valid]
     assert caught and all("in one judging run" in j.detail for j in caught), judged[:3]
+
+
+def test_an_escaped_task_that_picks_which_answers_pass_is_caught(unfiltered):
+    # it finds its job's argument lists in memory and passes only the smallest student answer
+    # among them: one answer in a job passes, whatever the students wrote, in any order and
+    # in every run of that job. Each answer is judged again in other company
+    # (pool._Work._judge_twice), where another is the smallest: some answer passes once and
+    # fails once, and the task is invalid. (Judged twice in the same company, it is not.)
+    program = ("import gc, types\ndef f(x):\n    if x == 3:\n        return 'own'\n"
+               "    jobs = [o for o in gc.get_objects()\n"
+               "            if isinstance(o, list) and o and all(isinstance(c, types.CodeType) for c in o)]\n"
+               "    seen = {k for job in jobs for c in job for k in c.co_consts if type(k) is int and k >= 100}\n"
+               "    return 'own' if x == min(seen) else 'no'")
+    (validated,) = unfiltered.verify([_task("picker", program)])
+    assert validated.valid and validated.outputs == ["'own'"], validated
+    answers = []
+    for k in range(8):
+        record = _task("picker", program)
+        record.outputs, record.answer = validated.outputs, str(100 + k)
+        answers.append(record)
+    judged = unfiltered.verify(answers)
+    caught = [j for j in judged if not j.valid]
+    assert caught and all("in one judging run" in j.detail for j in caught), judged
 
 
 @pytest.mark.parametrize("source", ["os.urandom(8)", "open('/dev/urandom', 'rb').read(8)", "random.SystemRandom().random()"])

@@ -169,9 +169,10 @@ def test_code_i_accepts_any_input_that_works(sandbox):
     assert [r.correct for r in sandbox.verify(records)] == [True, True, False, True, False, True]
 
 
-def test_the_code_i_answers_of_one_task_share_jobs(sandbox):
+def test_the_code_i_answers_of_one_task_are_judged_twice_in_other_company(sandbox):
     """A task's code_i answers are judged up to plan.EXTRAS in a job, at random places among
-    its own inputs: the rollouts of a step take a quarter of the jobs they took alone."""
+    its own inputs, and again in groups half as large: no answer meets the same company
+    twice, so an escaped task that picks which answers pass by what else it sees is caught."""
     from popula.sandbox.plan import EXTRAS
     from popula.sandbox.pool import _Work
 
@@ -180,7 +181,10 @@ def test_the_code_i_answers_of_one_task_share_jobs(sandbox):
                           answer=str(k)) for k in range(2 * EXTRAS + 1)]
     work = _Work(records, Limits(), 10, 2, None, [1] * len(records))
     work.plan_more(len(records))
-    assert len({id(work.groups[i]["answer"]) for i in range(len(records))}) == 3
+    first, second = zip(*(work.judgings[i] for i in range(len(records))))
+    assert sorted(len(g.tasks) for g in {id(g): g for g in first}.values()) == [1, EXTRAS, EXTRAS]
+    assert max(len(g.tasks) for g in second) == EXTRAS // 2
+    assert all(a in b.after and set(b.tasks) != set(a.tasks) for a, b in zip(first, second) if len(a.tasks) > 1)
     assert [r.correct for r in sandbox.verify(records)] == [k % 7 == 3 for k in range(2 * EXTRAS + 1)]
 
 
@@ -203,9 +207,9 @@ def test_a_code_i_task_is_validated_and_judged_in_jobs_of_one_shape():
     validated = plan_record(task, Limits())
     answers = [plan_record(TaskRecord(id="a", type="code_i", program=task.program, inputs=task.inputs,
                                       outputs=["1", "2", "3"], answer=a), Limits()) for a in ("7", "8")]
-    (_, judged), _ = judge_together(answers, Limits())
+    (_, judged), slot, _ = judge_together(answers, Limits())
     assert validated.validate is not None and len(validated.validate[1]) == len(judged) == 3 + EXTRAS
-    assert sorted(answers[0].answer_slot.extras[p.answer_index] for p in answers) == ["7", "8"]
+    assert [slot.extras[k] for k in slot.answers] == ["7", "8"]
 
 
 @pytest.mark.parametrize(

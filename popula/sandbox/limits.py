@@ -17,7 +17,7 @@ class Limits:
     wall_s: the supervisor kills the child's process group after this many seconds of
         wall-clock time, CPU-bound or not (it is the limit that usually fires first).
         Both are a job's, all its inputs together: a code_i task's job also runs
-        plan.EXTRAS repeats or answers, so one call of its function gets a fifth of them.
+        plan.EXTRAS repeats or answers, so one call of its function gets a ninth of them.
     memory_mb: RLIMIT_AS, the whole address space of the child (the warm interpreter
         takes about 30 MB of it).
     max_output_chars: the longest accepted repr of one output.

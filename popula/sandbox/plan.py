@@ -52,7 +52,7 @@ Job = tuple[CodeType, list[CodeType]]
 _NO_VALUE = object()
 
 
-EXTRAS = 4  # extra argument lists in every job of an "arguments" task (module doc)
+EXTRAS = 8  # extra argument lists in every job of an "arguments" task (module doc)
 _DRAW = random.SystemRandom()
 
 
@@ -106,8 +106,6 @@ class Plan:
     answer_by_student: bool = False  # runs a student's program: on student workers only
     answer_arguments: str | None = None  # an "arguments" answer written back as source, to judge_together
     task_code: CodeType | None = None  # the task's compiled program, for judge_together
-    answer_slot: Slotted | None = None  # set by judge_together: the job the answer is judged in ...
-    answer_index: int = 0  # ... and which of its extras the answer is
     answer_rejection: Rejection | None = None
 
     @property
@@ -222,22 +220,18 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
     return plan
 
 
-def judge_together(plans: Sequence[Plan], limits: Limits) -> tuple[Job, bool]:
+def judge_together(plans: Sequence[Plan], limits: Limits) -> tuple[Job, Slotted, bool]:
     """One job judging the "arguments" answers of `plans` (at most EXTRAS, all of one task:
-    the same program and inputs) at random places among the task's inputs, and whether it
-    builds sets. Sets each plan's answer_slot and answer_index. Answers that share a job
-    share its runs: a run that fails as a whole is not blamed on any of them (pool.py then
-    judges each alone)."""
+    the same program and inputs) at random places among the task's inputs; where they sit
+    (`Slotted.answers`, in the order of `plans`); and whether it builds sets."""
     assert 0 < len(plans) <= EXTRAS and all(p.answer_arguments is not None for p in plans)
     own = list(plans[0].record.inputs)
     slot = Slotted.drawn(own, [p.answer_arguments for p in plans])  # type: ignore[misc]
     compiled = policy.compile_argument_lists(slot.place(own), limits.max_source_chars)
     assert not isinstance(compiled, Rejection)  # texts that each compiled alone
-    for plan, index in zip(plans, slot.answers):
-        plan.answer_slot, plan.answer_index = slot, index
     code = plans[0].task_code
     assert code is not None
-    return (code, compiled), policy.order_sensitive(code) or any(map(policy.order_sensitive, compiled))
+    return (code, compiled), slot, policy.order_sensitive(code) or any(map(policy.order_sensitive, compiled))
 
 
 def _not_a_value_answer(answer: str, wanted: str, err: NotAValue) -> Rejection:

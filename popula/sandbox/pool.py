@@ -16,8 +16,9 @@ Batches are handed out dynamically (a worker that meets a slow task does not hol
 the others), with one constraint: the runs of one job (a task's validation, an answer's
 judging) go to *different* workers, which differ in hash seed (PYTHONHASHSEED, chosen
 here, distinct per worker) and address-space layout, and get different identity masks
-(zygote._identity_builtins). A validation takes two runs, an answer one (up to four code_i
-answers of one task share a job, plan.judge_together); a job whose code
+(zygote._identity_builtins). A validation takes two runs, a code_f answer one, and a
+code_i answer two, each in a job of up to eight answers of its task, in other company
+(_Work._judge_twice); a job whose code
 builds sets (whose iteration order of strings depends on the seed: `list({'a', 'b'})` is
 a coin flip between two seeds), or whose run reads a masked id or hash, takes
 `determinism_runs` runs, so that a coin flip passes with probability
@@ -52,6 +53,7 @@ import dataclasses
 import json
 import marshal
 import os
+import random
 import resource
 import secrets
 import selectors
@@ -73,8 +75,8 @@ from popula.kinds import get_kind
 from popula.records import TaskRecord, VerifyResult
 from popula.sandbox import policy
 from popula.sandbox.limits import Limits
-from popula.sandbox.plan import EXTRAS, Job, Plan, judge_together, plan_record
-from popula.sandbox.verdict import RunResult, assemble, checked
+from popula.sandbox.plan import EXTRAS, Job, Plan, Slotted, judge_together, plan_record
+from popula.sandbox.verdict import Judging, RunResult, assemble, checked
 
 _FRAME = struct.Struct(">I")
 _ZYGOTE = Path(__file__).with_name("zygote.py")
@@ -85,14 +87,7 @@ TEACHER, STUDENT = "teacher", "student"  # the two lanes of workers (module doc)
 _ID_BITS, _HASH_BITS = (1 << 64) - 1, (1 << 61) - 1
 # a job's run 0 masks (run 1 has their complements): fixed, so they carry no entropy to a job
 _FIRST_ID_MASK, _FIRST_HASH_MASK = 0x5A5A_C3C3_0F0F_9696, 0x0A5A_C3C3_0F0F_9696
-# One job of code_i answers in this many is judged twice, on two workers, unknown to either
-# job: the task's program must give each answer the same output both times
-# (verdict.judged_differently). A task that escaped the policy could otherwise decide an
-# answer's verdict by a bit of its worker's seed or placement, and so set its students'
-# solve rate: with two jobs of four answers a step (the default's two students of four
-# rollouts), a fair coin is caught (and its teacher given the invalid reward) with
-# probability 1 - (1 - 1/2 * 15/16)**2 = 0.72 a step.
-_REJUDGE_ONE_IN = 2
+_DRAW = random.SystemRandom()  # the companies of code_i answers (_Work._judge_twice)
 _NOISE_BYTES = 6  # a run's placement noise: zygote._jitter_heap's pads and its memory cut
 _STARTUP_TIMEOUT_S = 30.0
 ISOLATION_ENV = "POPULA_SANDBOX_ISOLATION"
@@ -194,6 +189,11 @@ class _Group:
     runs: list[RunResult] = field(default_factory=list)
     gen: int = 0
     tries: int = 0
+    slot: Slotted | None = None  # code_i answers judged together: where they sit in the job ...
+    index: dict[int, int] = field(default_factory=dict)  # ... the extra of each record's answer ...
+    after: tuple[_Group, ...] = ()  # ... and the jobs that judged them in other company (_Work)
+    first_mask: int = 0  # the masks of its first run: masks(first_mask)
+    first_worker: int | None = None  # the slot its first run went to
 
     def masks(self, run: int) -> tuple[int, int, bytes]:
         """Run 0's masks (the same for every job), their complement for run 1 (every bit
@@ -481,7 +481,7 @@ class Sandbox:
         self._drive(work, batch_size)
         results: list[VerifyResult] = [None] * len(records)  # type: ignore[list-item]
         for i, plan in enumerate(work.plans):
-            verdict = assemble(plan, work.runs_of(i, "run"), work.runs_of(i, "answer"))
+            verdict = assemble(plan, work.runs_of(i), work.judgings_of(i))
             for k in copies[i]:
                 results[k] = dataclasses.replace(verdict, id=records[k].id, outputs=list(verdict.outputs))
         return results
@@ -602,9 +602,10 @@ class _Work:
     ones in front, so they finish first). A run that reports a masked id or hash raises its
     group's need to `determinism_runs`. If a worker is lost, its groups start over with a
     new generation (all runs again, on different workers again), at most _MAX_ATTEMPTS times.
-    The code_i answers of one task are judged up to plan.EXTRAS in a job (plan.judge_together:
-    a quarter of the jobs); if such a job fails as a whole, each answer is judged alone, so
-    no answer's verdict is another's doing.
+    The code_i answers of one task are judged up to plan.EXTRAS in a job (plan.judge_together),
+    each answer twice, in two jobs with other company and on two workers (`_judge_twice`). If
+    such a job fails as a whole, each of its answers is judged alone, so no answer's verdict
+    is another's doing.
     """
 
     def __init__(
@@ -622,7 +623,8 @@ class _Work:
         self.determinism_runs = determinism_runs
         self.plans: list[Plan] = []
         self.progress = progress
-        self.groups: list[dict[str, _Group]] = []
+        self.groups: list[dict[str, _Group]] = []  # per record: its validation ("run") and code_f answer
+        self.judgings: list[list[_Group]] = []  # per record: the jobs that judge its answer
         self.waiting: list[int] = []  # per record: groups not complete yet
         self.queues: dict[str, collections.deque[_Group]] = {TEACHER: collections.deque(), STUDENT: collections.deque()}
         self.left = len(records)
@@ -632,9 +634,13 @@ class _Work:
     def unplanned(self) -> int:
         return len(self.records) - len(self.plans)
 
-    def runs_of(self, task: int, role: str) -> list[RunResult]:
-        group = self.groups[task].get(role)
+    def runs_of(self, task: int) -> list[RunResult]:
+        """The runs of a record's validation."""
+        group = self.groups[task].get("run")
         return group.runs if group is not None else []
+
+    def judgings_of(self, task: int) -> list[Judging]:
+        return [Judging(g.runs, g.slot, g.index.get(task, 0)) for g in self.judgings[task]]
 
     def plan_more(self, count: int) -> None:
         """Check and compile the next `count` records and queue their runs."""
@@ -644,6 +650,7 @@ class _Work:
             plan = plan_record(record, self.limits)
             self.plans.append(plan)
             groups: dict[str, _Group] = {}
+            judgings: list[_Group] = []
             if plan.invalid is None:
                 if plan.validate is not None:
                     need = self.determinism_runs if plan.order_sensitive else 2
@@ -651,32 +658,62 @@ class _Work:
                 if plan.answer_job is not None:
                     need = self.determinism_runs if plan.answer_order_sensitive else 1
                     lane = STUDENT if plan.answer_by_student else TEACHER
-                    groups["answer"] = _Group((i,), "answer", plan.answer_job, lane, need)
+                    judgings.append(_Group((i,), "answer", plan.answer_job, lane, need))
                 elif plan.answer_arguments is not None:
                     together[(record.type, record.program, tuple(record.inputs), tuple(record.outputs))].append(i)
             self.groups.append(groups)
-            self.waiting.append(len(groups) + (plan.answer_arguments is not None and plan.invalid is None))
-            for group in groups.values():
+            self.judgings.append(judgings)
+            self.waiting.append(len(groups) + len(judgings) + 2 * (plan.invalid is None and plan.answer_arguments is not None))
+            for group in [*groups.values(), *judgings]:
                 self._open(group)
             if self.waiting[i] == 0:
                 self._record_done(i)
         for tasks in together.values():
-            for k in range(0, len(tasks), EXTRAS):
-                self._judge_together(tasks[k : k + EXTRAS])
+            self._judge_twice(tasks)
 
-    def _judge_together(self, tasks: list[int]) -> None:
-        """Queue one job judging the code_i answers of `tasks` (records of one task)."""
-        job, order_sensitive = judge_together([self.plans[i] for i in tasks], self.limits)
+    def _judge_twice(self, tasks: list[int]) -> None:
+        """Judge the code_i answers of `tasks` (records of one task) twice: up to EXTRAS in a
+        job, then again, in random groups of at most half as many, each group on a worker that
+        judged none of its answers, with the other masks.
+
+        An answer's output must be the same both times (verdict.judged_differently). A task
+        that escaped the policy could otherwise decide its answers' verdicts by a bit of its
+        worker's seed or placement, or, seeing a job's other answers, pick which of them to
+        pass, and so set its students' solve rate: in other company and on another worker,
+        such a choice is made again and differs."""
+        first = [self._together(tasks[k : k + EXTRAS]) for k in range(0, len(tasks), EXTRAS)]
+        of = {i: g for g in first for i in g.tasks}
+        size = max(1, -(-min(len(tasks), EXTRAS) // 2))
+        mixed = list(tasks)
+        _DRAW.shuffle(mixed)
+        for k in range(0, len(mixed), size):
+            part = mixed[k : k + size]
+            self._together(part, after=tuple({id(of[i]): of[i] for i in part}.values()), first_mask=1)
+
+    def _together(self, tasks: list[int], after: tuple[_Group, ...] = (), first_mask: int = 0) -> _Group:
+        """Queue one job judging the code_i answers of `tasks` together; it joins each
+        record's judgings."""
+        job, slot, order_sensitive = judge_together([self.plans[i] for i in tasks], self.limits)
         need = self.determinism_runs if order_sensitive else 1
-        if secrets.randbelow(_REJUDGE_ONE_IN) == 0:
-            need = max(need, 2)  # verdict.judged_differently compares the two
-        group = _Group(tuple(tasks), "answer", job, TEACHER, need)
+        group = _Group(tuple(tasks), "answer", job, TEACHER, need, slot=slot, index=dict(zip(tasks, slot.answers)),
+                       after=after, first_mask=first_mask)
         for i in tasks:
-            self.groups[i]["answer"] = group
+            self.judgings[i].append(group)
         self._open(group)
+        return group
+
+    def _judge_alone(self, failed: _Group) -> None:
+        """A job of answers judged together failed as a whole: judge each of them alone, in
+        its place, on a worker other than its other judging's."""
+        failed.need = 0  # its queued or running runs are stale now
+        for i in failed.tasks:
+            others = tuple(g for g in self.judgings[i] if g is not failed)
+            k = self.judgings[i].index(failed)
+            self._together([i], after=others, first_mask=failed.first_mask)
+            self.judgings[i][k] = self.judgings[i].pop()
 
     def _open(self, group: _Group) -> None:
-        lane_need = max(group.need, self.lane_width if group.lane == STUDENT else 2)
+        lane_need = max(group.need, len(group.after) + 1, self.lane_width if group.lane == STUDENT else 2)
         self.max_runs[group.lane] = max(self.max_runs.get(group.lane, 0), lane_need)
         self.queues[group.lane].append(group)
 
@@ -697,6 +734,12 @@ class _Work:
     def has_queued(self) -> bool:
         return any(self.queues.values())
 
+    @staticmethod
+    def _may_run(group: _Group, slot: int) -> bool:
+        """Whether worker `slot` may run `group`, whose first run must follow the first runs
+        of the jobs that judged its answers in other company, on another worker than each."""
+        return bool(group.dispatched) or all(g.first_worker not in (None, slot) for g in group.after)
+
     def take(self, slot: int, lane: str, n: int) -> list[_Unit]:
         """Up to n runs for worker `slot` of `lane`, of groups it has not run yet."""
         queue, batch, keep = self.queues[lane], [], []
@@ -706,11 +749,13 @@ class _Work:
             group = queue.popleft()
             if group.dispatched >= group.need:
                 continue  # stale entry (restarted after a lost worker)
-            if slot in group.used:
+            if slot in group.used or (group.after and not self._may_run(group, slot)):
                 keep.append(group)
                 continue
             group.used.add(slot)
-            batch.append(_Unit(group, group.gen, group.masks(group.dispatched)))
+            if not group.dispatched:
+                group.first_worker = slot
+            batch.append(_Unit(group, group.gen, group.masks(group.first_mask + group.dispatched)))
             group.dispatched += 1
             if group.dispatched < group.need:
                 keep.append(group)
@@ -722,9 +767,7 @@ class _Work:
         if unit.gen != group.gen or len(group.runs) >= group.need:
             return
         if "err" in result and len(group.tasks) > 1:
-            group.need = 0  # failed as a whole: its queued or running runs are stale now
-            for i in group.tasks:
-                self._judge_together([i])
+            self._judge_alone(group)
             return
         group.runs.append(result)
         if result.get("seeded") and group.need < self.determinism_runs:
@@ -739,7 +782,7 @@ class _Work:
             return
         group.tries += 1
         group.gen += 1
-        group.runs, group.used, group.dispatched = [], set(), 0
+        group.runs, group.used, group.dispatched, group.first_worker = [], set(), 0, None
         if group.tries >= _MAX_ATTEMPTS:
             group.dispatched = group.need
             group.runs = [{"err": "runtime_error", "detail": why}] * group.need

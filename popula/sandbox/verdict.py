@@ -9,11 +9,12 @@ verdict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from popula.kinds import get_kind
 from popula.records import REASONS, VerifyResult
-from popula.sandbox.plan import Plan, hidden_split, not_a_value
+from popula.sandbox.plan import Plan, Slotted, hidden_split, not_a_value
 from popula.sandbox.values import NotAValue, read_value, reprs_equal, values_equal
 
 RunResult = dict[str, Any]
@@ -73,12 +74,23 @@ def validation(runs: list[RunResult], inputs: list[str]) -> tuple[str | None, st
     return runs[0]["err"], runs[0]["detail"], []
 
 
-def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple[bool, str | None, str]:
+@dataclass
+class Judging:
+    """The runs of one job that judged an answer and, for an "arguments" answer, where in
+    that job it sat: the `index`-th extra of `slot` (plan.judge_together)."""
+
+    runs: list[RunResult]
+    slot: Slotted | None = None
+    index: int = 0
+
+
+def judge(plan: Plan, outputs: list[str], judgings: list[Judging]) -> tuple[bool, str | None, str]:
     """(correct, answer_reason, answer_detail): the answer judged by value against outputs.
 
     answer_reason is None when the answer produced a value that was compared; otherwise it
     says why it could not (not_a_value, syntax, forbidden, timeout, runtime_error,
-    nondeterministic: its runs disagreed, ...).
+    nondeterministic: its runs disagreed, ...). An "arguments" answer's judgings must all
+    produce a value (judged_differently has checked that the values agree).
     """
     if plan.answer_rejection is not None:
         return False, plan.answer_rejection.reason, plan.answer_rejection.detail
@@ -88,46 +100,57 @@ def judge(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> tuple
             return values_equal(plan.answer_value, read_value(outputs[0])), None, ""
         except NotAValue:
             return False, None, "the task output is not a value"
-    if not answer_runs:
+    if not judgings or not all(j.runs for j in judgings):
         raise AssertionError("an answer that needs a run has no run result")
-    if plan.answer_slot is not None:  # "arguments": the answer among the task's own inputs
-        reason, detail, got = validation(answer_runs, plan.answer_slot.place(list(record.inputs)))
-        if reason is not None:
-            return False, reason, detail
-        _, extras = plan.answer_slot.split(got)
-        return reprs_equal(extras[plan.answer_index], outputs[0]), None, ""
+    if plan.answer_arguments is not None:  # "arguments": the answer among the task's own inputs
+        answered = []
+        for j in judgings:
+            assert j.slot is not None
+            reason, detail, got = validation(j.runs, j.slot.place(list(record.inputs)))
+            if reason is not None:
+                return False, reason, detail
+            answered.append(j.slot.split(got)[1][j.index])
+        return reprs_equal(answered[0], outputs[0]), None, ""
     split = hidden_split(len(outputs))
-    reason, detail, got = validation(answer_runs, record.inputs[split:])
+    reason, detail, got = validation(judgings[0].runs, record.inputs[split:])
     if reason is not None:
         return False, reason, detail
     return all(map(reprs_equal, got, outputs[split:])), None, ""
 
 
-def judged_differently(plan: Plan, outputs: list[str], answer_runs: list[RunResult]) -> str | None:
+def judged_differently(plan: Plan, outputs: list[str], judgings: list[Judging]) -> str | None:
     """Why the task's program, run to judge answers, returned for one of its own inputs (or
-    a repeat of one) something other than its validated output, or for an answer different
-    outputs in two runs (the task is then invalid: the verdict was the program's to
-    choose); None if not."""
-    slot = plan.answer_slot
-    if slot is None or not answer_runs or not all("ok" in r for r in answer_runs):
-        return None
-    answers = [k for k, source in enumerate(slot.sources) if source is None]  # extras that are answers
-    answered = []
-    for run in answer_runs:
-        if len(run["ok"]) != len(outputs) + len(slot.slots):
-            return "the task's program returned a wrong number of outputs when an answer was judged"
-        own, extras = slot.split(run["ok"])
-        answered.append([extras[k] for k in answers])
-        repeats = [(source, x) for x, source in zip(extras, slot.sources) if source is not None]
-        for i, got in [*enumerate(own), *repeats]:
-            if not reprs_equal(got, outputs[i]):
-                return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer was "
-                        f"judged and {_short(outputs[i])} when the task was validated")
-    for other in answered[1:]:
-        for k, x, y in zip(answers, answered[0], other):
-            if not reprs_equal(x, y):
-                return (f"the answer ({_short(slot.extras[k], 40)}) gave {_short(x)} in one judging run and "
-                        f"{_short(y)} in another")
+    a repeat of one) something other than its validated output, for an answer different
+    outputs in two runs of a job, or for this answer different outputs in two jobs (each
+    in other company: plan.judge_together); None if not. The task is then invalid: the
+    verdict was the program's to choose."""
+    mine = []  # this answer's output in every run that produced one
+    for j in judgings:
+        slot = j.slot
+        if slot is None or not all("ok" in r for r in j.runs):
+            continue
+        answers = [k for k, source in enumerate(slot.sources) if source is None]  # extras that are answers
+        answered = []
+        for run in j.runs:
+            if len(run["ok"]) != len(outputs) + len(slot.slots):
+                return "the task's program returned a wrong number of outputs when an answer was judged"
+            own, extras = slot.split(run["ok"])
+            answered.append([extras[k] for k in answers])
+            mine.append((extras[j.index], slot.extras[j.index]))
+            repeats = [(source, x) for x, source in zip(extras, slot.sources) if source is not None]
+            for i, got in [*enumerate(own), *repeats]:
+                if not reprs_equal(got, outputs[i]):
+                    return (f"input {i} ({_short(plan.record.inputs[i], 40)}) gave {_short(got)} when an answer "
+                            f"was judged and {_short(outputs[i])} when the task was validated")
+        for other in answered[1:]:
+            for k, x, y in zip(answers, answered[0], other):
+                if not reprs_equal(x, y):
+                    return (f"the answer ({_short(slot.extras[k], 40)}) gave {_short(x)} in one judging run and "
+                            f"{_short(y)} in another")
+    for got, text in mine[1:]:
+        if not reprs_equal(got, mine[0][0]):
+            return (f"the answer ({_short(text, 40)}) gave {_short(mine[0][0])} in one judging run and "
+                    f"{_short(got)} in another")
     return None
 
 
@@ -149,7 +172,7 @@ def _validated(plan: Plan, runs: list[RunResult]) -> tuple[str | None, str, list
     return None, "", own
 
 
-def assemble(plan: Plan, runs: list[RunResult], answer_runs: list[RunResult]) -> VerifyResult:
+def assemble(plan: Plan, runs: list[RunResult], judgings: list[Judging]) -> VerifyResult:
     record = plan.record
     if plan.invalid is not None:
         return VerifyResult(id=record.id, valid=False, reason=plan.invalid.reason, detail=plan.invalid.detail)  # type: ignore[arg-type]
@@ -159,9 +182,9 @@ def assemble(plan: Plan, runs: list[RunResult], answer_runs: list[RunResult]) ->
             return VerifyResult(id=record.id, valid=False, reason=reason, detail=detail)  # type: ignore[arg-type]
     else:
         outputs = list(record.outputs)
-    if record.answer is not None and (why := judged_differently(plan, outputs, answer_runs)) is not None:
+    if record.answer is not None and (why := judged_differently(plan, outputs, judgings)) is not None:
         return VerifyResult(id=record.id, valid=False, reason="nondeterministic", detail=why)
     result = VerifyResult(id=record.id, valid=True, outputs=outputs)
     if record.answer is not None:
-        result.correct, result.answer_reason, result.answer_detail = judge(plan, outputs, answer_runs)
+        result.correct, result.answer_reason, result.answer_detail = judge(plan, outputs, judgings)
     return result
