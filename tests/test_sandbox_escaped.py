@@ -91,22 +91,24 @@ def test_a_task_that_answers_differently_when_judged_is_invalid(unfiltered):
         assert judged.reason == "nondeterministic" and "when an answer was judged" in judged.detail, judged
 
 
+def _judged(sandbox: Sandbox, program: str, n: int) -> list:
+    """`program` validated on input 3 (it must give 'own'), then judged on n code_i answers."""
+    (validated,) = sandbox.verify([_task("escaped", program)])
+    assert validated.valid and validated.outputs == ["'own'"], validated
+    answers = [_task("escaped", program) for _ in range(n)]
+    for k, record in enumerate(answers):
+        record.outputs, record.answer = validated.outputs, str(100 + k)
+    return sandbox.verify(answers)
+
+
 def test_an_escaped_task_that_decides_answers_by_a_coin_is_caught(unfiltered):
     # its own input is answered as validated; any other answer gets a bit of its process's
-    # pid, a coin a job can always draw. Every job of code_i answers (eight each, plan.EXTRAS)
-    # is judged on two workers: two different outputs make the task invalid. Over 80 answers
-    # (10 jobs), missed with probability 2**-80.
+    # pid, a coin a job can always draw. Each answer is judged twice, in jobs on two workers
+    # (pool._Work._judge_twice): two different outputs make the task invalid. Over 80 answers
+    # (10 jobs, then 20), missed with probability below 2**-20.
     program = "import os\ndef f(x):\n    return 'own' if x == 3 else os.getpid() % 2"
-    (validated,) = unfiltered.verify([_task("coin", program)])
-    assert validated.valid and validated.outputs == ["'own'"], validated
-    answers = []
-    for k in range(80):
-        record = _task("coin", program)
-        record.outputs, record.answer = validated.outputs, str(100 + k)
-        answers.append(record)
-    judged = unfiltered.verify(answers)
-    caught = [j for j in judged if not j.valid]
-    assert caught and all("in one judging run" in j.detail for j in caught), judged[:3]
+    caught = [j for j in _judged(unfiltered, program, 80) if not j.valid]
+    assert caught and all("in one judging run" in j.detail for j in caught), caught[:3]
 
 
 def test_an_escaped_task_that_picks_which_answers_pass_is_caught(unfiltered):
@@ -120,16 +122,8 @@ def test_an_escaped_task_that_picks_which_answers_pass_is_caught(unfiltered):
                "            if isinstance(o, list) and o and all(isinstance(c, types.CodeType) for c in o)]\n"
                "    seen = {k for job in jobs for c in job for k in c.co_consts if type(k) is int and k >= 100}\n"
                "    return 'own' if x == min(seen) else 'no'")
-    (validated,) = unfiltered.verify([_task("picker", program)])
-    assert validated.valid and validated.outputs == ["'own'"], validated
-    answers = []
-    for k in range(8):
-        record = _task("picker", program)
-        record.outputs, record.answer = validated.outputs, str(100 + k)
-        answers.append(record)
-    judged = unfiltered.verify(answers)
-    caught = [j for j in judged if not j.valid]
-    assert caught and all("in one judging run" in j.detail for j in caught), judged
+    caught = [j for j in _judged(unfiltered, program, 8) if not j.valid]
+    assert caught and all("in one judging run" in j.detail for j in caught), caught
 
 
 @pytest.mark.parametrize("source", ["os.urandom(8)", "open('/dev/urandom', 'rb').read(8)", "random.SystemRandom().random()"])
