@@ -185,3 +185,28 @@ def test_format_checks_survive_nesting_near_the_compilers_limits():
     assert isinstance(deep, CodeType)
     deeper = compile_program("def f(t):\n    return t.format(" + "-" * 2500 + "1)", CAP)
     assert isinstance(deeper, Rejection) and deeper.reason == "syntax" and "nested too deeply" in deeper.detail
+
+
+@pytest.mark.parametrize("texts", [
+    ["1", "[x * 2 for x in range(3)], 'a'", "{'k': (1,\n 2)}, y=3", "float('nan')"],
+    ["'{}'.format(4)", "{1, 2}", "frozenset({(1, 2)})", "b'\\x00', None"],
+    ["[[y for y in range(x)] for x in range(3)]", "(lambda: 0)"],
+])
+def test_argument_lists_placed_together_are_the_joint_compile(texts):
+    # plan.judge_together puts a task's inputs and answers in a job anew each time: its code
+    # objects must be those of one joint compile, lines and positions included, so that a
+    # job cannot tell an answer's argument list from its task's own by how it was compiled
+    from popula.sandbox.policy import order_sensitive, place_argument_lists
+
+    joint, placed = compile_argument_lists(texts, 10_000), place_argument_lists(texts, 10_000)
+    assert not isinstance(joint, Rejection) and not isinstance(placed, Rejection)
+    assert placed == joint
+    assert [list(c.co_positions()) for c in placed] == [list(c.co_positions()) for c in joint]
+    assert any(map(order_sensitive, placed)) == any(map(order_sensitive, joint))
+
+
+def test_an_argument_list_placed_together_that_fails_says_which():
+    from popula.sandbox.policy import place_argument_lists
+
+    rejected = place_argument_lists(["1", "2)", "3"], 10_000)
+    assert isinstance(rejected, Rejection) and "inputs[1]" in rejected.detail, rejected

@@ -227,7 +227,7 @@ def judge_together(plans: Sequence[Plan], limits: Limits) -> tuple[Job, Slotted,
     assert 0 < len(plans) <= EXTRAS and all(p.answer_arguments is not None for p in plans)
     own = list(plans[0].record.inputs)
     slot = Slotted.drawn(own, [p.answer_arguments for p in plans])  # type: ignore[misc]
-    compiled = policy.compile_argument_lists(slot.place(own), limits.max_source_chars)
+    compiled = policy.place_argument_lists(slot.place(own), limits.max_source_chars)
     assert not isinstance(compiled, Rejection)  # texts that each compiled alone
     code = plans[0].task_code
     assert code is not None

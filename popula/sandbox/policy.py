@@ -600,6 +600,31 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
     return tuple(lambdas)
 
 
+def place_argument_lists(sources: list[str], max_chars: int, what: str = "inputs") -> list[CodeType] | Rejection:
+    """What compile_argument_lists(sources) gives, made from each source's own compile
+    (cached) moved to its lines: code objects equal to a joint compile's, lines included.
+    For jobs that put a task's inputs and answers together anew each time
+    (plan.judge_together): a fresh joint compile and check of each would cost the pool
+    process more than the rest of judging them."""
+    placed, line = [], 2
+    for i, text in enumerate(sources):
+        one = _compile_argument_lists((text,), max_chars, what)
+        if isinstance(one, Rejection):
+            return Rejection(one.reason, f"{what}[{i}]: {one.detail}")
+        code = _moved(one[0], line - 2)
+        if order_sensitive(one[0]):
+            _ORDER_SENSITIVE.add(code)
+        placed.append(code)
+        line += text.count("\n") + 3
+    return placed
+
+
+def _moved(code: CodeType, lines: int) -> CodeType:
+    """`code` and the code objects in it, `lines` further down (positions are relative)."""
+    consts = tuple(_moved(c, lines) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_firstlineno=code.co_firstlineno + lines, co_consts=consts)
+
+
 def _blame_input(sources: tuple[str, ...] | list[str], what: str, err: SyntaxError) -> Rejection:
     """Name the input that broke the joint compile (the failure path only, so cost is moot)."""
     for i, text in enumerate(sources):
