@@ -101,6 +101,11 @@ class TasksConfig(_Section):
 
 class GenerationConfig(_Section):
     rollouts: int = Field(8, ge=1, description="student rollouts per task (n)")
+    resample_rollouts: int = Field(
+        0, ge=0, description="dynamic sampling (DAPO): a student's rollouts of a task that all earned the same reward "
+                             "carry no advantage, so that student answers the task this many times more, once; the "
+                             "group then holds all of them. 0: off"
+    )
     temperature: float = Field(1.0, gt=0)
     teacher_temperature: float | None = Field(
         0.8, gt=0, description="teachers' sampling temperature, which their updates train; None: temperature. "

@@ -227,12 +227,14 @@ def test_line_strata_compare_a_teachers_task_only_with_tasks_of_its_shape(tmp_pa
 
 def test_play_settings_take_each_config_setting_by_its_name():
     cfg = load_config(None, ["tasks.types=[code_i]", "tasks.proposals_per_type=3", "tasks.references=5",
-                             "tasks.seed_references=1", "generation.rollouts=6", "generation.temperature=0.9",
+                             "tasks.seed_references=1", "generation.rollouts=6", "generation.resample_rollouts=2",
+                             "generation.temperature=0.9",
                              "generation.teacher_temperature=0.7", "generation.top_p=0.95",
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
-        types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, temperature=0.9,
+        types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
+        temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
         invalid_task_reward=-0.5, novelty_window=16, context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
@@ -261,3 +263,38 @@ def test_a_task_that_answers_differently_when_judged_is_invalid_and_teaches_no_s
     assert not proposal.valid and "when an answer was judged" in proposal.verdict.detail
     assert proposal.reward == -1.0
     assert game.attempts == []
+
+
+class SecondThoughts(ScriptedPlayers):
+    """Students answer every rollout wrongly the first time they see a task, and the first
+    rollout rightly when asked again."""
+
+    def generate(self, requests, *, progress=False):
+        self.seen = getattr(self, "seen", set())
+        results = []
+        for req in requests:
+            prompt = self.tok.decode(req.prompt_ids, skip_special_tokens=True)
+            if prompt.startswith("## propose"):
+                results += super().generate([req])
+                continue
+            self.right = 1 if prompt in self.seen else 0
+            self.seen.add(prompt)
+            results += super().generate([req])
+        return results
+
+
+def test_a_group_judged_all_alike_is_answered_again_and_its_task_scored_on_all_answers(tmp_path, sandbox, tasks):
+    players = SecondThoughts(tasks, byte_tokenizer(), right=0)
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=0, players=players, resample_rollouts=4)
+    assert game.resampled == 3
+    assert len(game.attempts) == 3 * (ROLLOUTS + 4)
+    for p in game.proposals:
+        assert p.rhos == {"S0": 1 / 8}  # one right answer of the eight
+        assert p.reward == pytest.approx(7 / 8)
+    seeds = [r.seed for r in players.requests if r.adapter.name == "S0"]
+    assert len(seeds) == len(set(seeds)) == 6  # each request its own sampling seed
+
+
+def test_a_group_whose_rewards_differ_is_not_answered_again(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1, resample_rollouts=4)
+    assert game.resampled == 0 and len(game.attempts) == 3 * ROLLOUTS

@@ -89,6 +89,7 @@ class StepGame:
     attempts: list[Attempt]
     verify_s: float = 0.0
     verified: int = 0
+    resampled: int = 0  # (task, student) groups answered again (PlaySettings.resample_rollouts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,7 @@ class PlaySettings:
     references: int
     rollouts: int
     temperature: float  # students'
+    resample_rollouts: int = 0  # generation.resample_rollouts: more answers for a group judged all alike
     teacher_temperature: float  # generation.proposal_temperature: teacher_temperature, else temperature
     top_p: float
     teacher_max_tokens: int
@@ -114,7 +116,8 @@ class PlaySettings:
         """The settings `cfg`'s tasks, generation and rewards sections give, each by its name."""
         tasks, gen, rewards = cfg.tasks, cfg.generation, cfg.rewards
         return cls(types=tasks.types, proposals_per_type=tasks.proposals_per_type, references=tasks.references,
-                   seed_references=tasks.seed_references, rollouts=gen.rollouts, temperature=gen.temperature,
+                   seed_references=tasks.seed_references, rollouts=gen.rollouts,
+                   resample_rollouts=gen.resample_rollouts, temperature=gen.temperature,
                    teacher_temperature=gen.proposal_temperature, top_p=gen.top_p,
                    teacher_max_tokens=gen.teacher_max_tokens, student_max_tokens=gen.student_max_tokens,
                    invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
@@ -189,20 +192,40 @@ class SelfPlay:
 
         # (4) each matched student answers every valid task with n rollouts
         jobs = [(i, student) for i, p in enumerate(proposals) if p.valid for student in students_of[p.teacher]]
-        student_prompts = [prompt_of[i] for i, _ in jobs]
+        game.attempts = self._answer(game, jobs, prompt_of, adapters, s.rollouts, seed, step, first_index=0)
+        if s.resample_rollouts:
+            # (4b) dynamic sampling: a group whose rewards are all equal teaches nothing; answer again
+            alike = [(i, student) for (i, student), rewards in group_rewards(game.attempts).items()
+                     if proposals[i].valid and len(set(rewards)) == 1]
+            game.resampled = len(alike)
+            game.attempts += self._answer(game, alike, prompt_of, adapters, s.resample_rollouts, seed, step,
+                                          first_index=len(jobs))
+        # such a task is invalid after all: its teacher gets the invalid reward, and no
+        # student learns from answers it judged
+        game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
+        _score(game, s.invalid_task_reward)
+        if s.novelty_window > 0:
+            _share(game, buffer, s.novelty_window)
+        return game
+
+    def _answer(self, game: StepGame, jobs: list[tuple[int, str]], prompt_of: dict[int, list[int]],
+                adapters: dict[str, AdapterRef], n: int, seed: int, step: int, *, first_index: int) -> list[Attempt]:
+        """`n` rollouts of each (task, student) in `jobs`, judged; request j's sampling seed is
+        the step's student seed `first_index + j`. A task whose program answered differently
+        when judged gets that verdict (its attempts are dropped by the caller)."""
+        s, proposals = self.settings, game.proposals
         requests = [
-            GenerationRequest(prompt_ids=ids, adapter=adapters[student], n=s.rollouts, temperature=s.temperature,
-                              top_p=s.top_p, max_tokens=s.student_max_tokens, seed=derive_seed(seed, STUDENT, step, j),
-                              stop_token_ids=self.stop_ids)
-            for j, ((_, student), ids) in enumerate(zip(jobs, student_prompts))
+            GenerationRequest(prompt_ids=prompt_of[i], adapter=adapters[student], n=n, temperature=s.temperature,
+                              top_p=s.top_p, max_tokens=s.student_max_tokens,
+                              seed=derive_seed(seed, STUDENT, step, first_index + j), stop_token_ids=self.stop_ids)
+            for j, (i, student) in enumerate(jobs)
         ]
-        results = self.engine.generate(requests, progress=True) if requests else []
-        for (i, student), ids, result in zip(jobs, student_prompts, results):
+        attempts = []
+        for (i, student), result in zip(jobs, self.engine.generate(requests, progress=True) if requests else []):
             for sample in result.samples:
                 answer = self.fmt.parse_answer(sample.text, proposals[i].task_type)
-                game.attempts.append(Attempt(student, i, ids, sample, adapters[student], answer))
-
-        to_judge = [a for a in game.attempts if a.answer is not None]
+                attempts.append(Attempt(student, i, prompt_of[i], sample, adapters[student], answer))
+        to_judge = [a for a in attempts if a.answer is not None]
         judged = []
         for a in to_judge:
             record = copy.copy(proposals[a.proposal].task)
@@ -212,13 +235,7 @@ class SelfPlay:
             a.correct = bool(verdict.correct)
             if not verdict.valid:  # its program answered differently when judged than when validated
                 proposals[a.proposal].verdict = verdict
-        # such a task is invalid after all: its teacher gets the invalid reward, and no
-        # student learns from answers it judged
-        game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
-        _score(game, s.invalid_task_reward)
-        if s.novelty_window > 0:
-            _share(game, buffer, s.novelty_window)
-        return game
+        return attempts
 
     def _fits(self, prompt_ids: list[int], max_tokens: int) -> bool:
         context = self.settings.context
@@ -232,6 +249,14 @@ class SelfPlay:
         game.verify_s += time.perf_counter() - start
         game.verified += len(records)
         return verdicts
+
+
+def group_rewards(attempts: list[Attempt]) -> dict[tuple[int, str], list[float]]:
+    """Each (task, student) group's student rewards, as _score gives them."""
+    groups: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for a in attempts:
+        groups[(a.proposal, a.student)].append(student_reward(a.answer is not None, a.correct))
+    return groups
 
 
 def _score(game: StepGame, invalid_task_reward: float) -> None:

@@ -12,7 +12,7 @@ from popula.complexity import measure, parsed_depths
 from popula.engines.base import Sample
 from popula.league.schema import MatchRecord
 from popula.novelty import distinct_form_rate
-from popula.run.selfplay import StepGame
+from popula.run.selfplay import StepGame, group_rewards
 
 
 def _mean(values: list[float]) -> float | None:
@@ -74,6 +74,10 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "teacher_reward_mean": _mean([p.reward for p in game.proposals]) or 0.0,
         "student_reward_mean": _mean([a.reward for a in attempts]) or 0.0,
         "malformed_rate": _mean([float(a.answer is None) for a in attempts]),
+        # the share of (task, student) groups whose rewards differ: only they carry a student
+        # advantage (GRPO); `resampled_groups` were answered again for it (dynamic sampling)
+        "signal_groups": _mean([float(len(set(r)) > 1) for r in group_rewards(attempts).values()]),
+        "resampled_groups": game.resampled,
         "student_entropy": sampled_entropy([a.sample for a in attempts]),
         "tasks_by_type": dict(Counter(p.task_type for p in valid)),
         "ast_depth": _mean([c.ast_depth for c in complexity]),
