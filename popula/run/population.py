@@ -14,7 +14,6 @@ files outside it (metrics, task log) are cut back to the checkpoint's step on re
 from __future__ import annotations
 
 import gc
-
 import io
 import json
 import pickle

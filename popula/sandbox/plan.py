@@ -175,7 +175,7 @@ def plan_record(record: TaskRecord, limits: Limits) -> Plan:
         plan.order_sensitive = policy.order_sensitive(code) or any(policy.order_sensitive(a) for a in args)
         if get_kind(record.type).answer == "arguments" and args:
             plan.validate_slot = Slotted.drawn(list(record.inputs))
-            slotted = policy.compile_argument_lists(plan.validate_slot.place(list(record.inputs)), cap)
+            slotted = policy.place_argument_lists(plan.validate_slot.place(list(record.inputs)), cap)
             assert not isinstance(slotted, Rejection)  # the same texts compiled alone
             args = slotted
         plan.validate = (code, args)

@@ -603,9 +603,9 @@ def _compile_argument_lists(sources: tuple[str, ...], max_chars: int, what: str)
 def place_argument_lists(sources: list[str], max_chars: int, what: str = "inputs") -> list[CodeType] | Rejection:
     """What compile_argument_lists(sources) gives, made from each source's own compile
     (cached) moved to its lines: code objects equal to a joint compile's, lines included.
-    For jobs that put a task's inputs and answers together anew each time
-    (plan.judge_together): a fresh joint compile and check of each would cost the pool
-    process more than the rest of judging them."""
+    For jobs that put a task's inputs and extras together anew each time (plan.Slotted):
+    a fresh joint compile and check of each would cost the pool process more than the
+    rest of judging them."""
     placed, line = [], 2
     for i, text in enumerate(sources):
         one = _compile_argument_lists((text,), max_chars, what)
