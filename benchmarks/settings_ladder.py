@@ -1,0 +1,119 @@
+"""A settings ladder read from its runs: each rung's probe, exploration and curriculum beside the last.
+
+    python3 benchmarks/settings_ladder.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--window 10]
+
+Why: settings are chosen by a short ladder on the tuning set (one seed, few steps, each rung one
+change on the one before), and the report is made afterwards on a held-out set no rung has seen.
+A rung is judged on more than its probe's pass@1, which one seed of a short run measures
+coarsely: whether its students' answers keep their spread (entropy, pass@k), how much of its
+step carries a gradient, and whether its teachers' tasks stay deep and varied.
+
+Each RUN_DIR is a `popula run` directory with a held-out probe (`heldout.every`), every rung on
+the same probe set (refused otherwise). Printed per rung, in the order given:
+- the probe at each step every rung probed: the live students' mean pass@1, the weakest's, and
+  the mean pass@k (k = the probe's samples);
+- means of the first and last `--window` steps: student entropy, the share of (task, student)
+  groups whose rewards differ (`signal_groups`), AST depth and distinct forms of valid tasks,
+  the students' training solve rate;
+- the mean step time with the probe's time left out.
+The last line is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from popula.errors import PopulaError  # noqa: E402
+from popula.run.metrics import read_metrics  # noqa: E402
+
+WINDOWED = {  # metrics.jsonl key -> column label
+    "student_entropy": "entropy",
+    "signal_groups": "signal groups",
+    "ast_depth": "AST depth",
+    "distinct_forms": "distinct forms",
+    "solve_rate": "solve rate",
+}
+
+
+def rung_figures(rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    """One run's figures: its probe by step, windowed means of the first and last steps, step time."""
+    probe = {}
+    for row in rows:
+        if "heldout" in row:
+            h = row["heldout"]
+            scores = list(h["students"].values())
+            probe[row["step"]] = {"set": [h["tasks"], h["samples"]],
+                                  "mean_pass1": statistics.fmean(s["pass1"] for s in scores),
+                                  "weakest_pass1": min(s["pass1"] for s in scores),
+                                  "mean_passk": statistics.fmean(s["passk"] for s in scores)}
+    windows = {key: {"first": _mean(rows[:window], key), "last": _mean(rows[-window:], key)} for key in WINDOWED}
+    step_s = [row["wall_s"] - row.get("phases", {}).get("heldout_s", 0.0) for row in rows]
+    return {"steps": len(rows), "probe": probe, "windows": windows, "step_s": statistics.fmean(step_s) if step_s else None}
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [row[key] for row in rows if row.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def ladder(rungs: dict[str, list[dict[str, Any]]], window: int) -> dict[str, Any]:
+    """Every rung's figures, on the probe steps all rungs share; refuses rungs probed on different sets."""
+    figures = {label: rung_figures(rows, window) for label, rows in rungs.items()}
+    sets = {tuple(p["set"]) for f in figures.values() for p in f["probe"].values()}
+    if len(sets) > 1:
+        raise PopulaError(f"the rungs' probes differ in size ({sorted(sets)} tasks x samples); a ladder compares one probe set")
+    shared = sorted(set.intersection(*(set(f["probe"]) for f in figures.values()))) if figures else []
+    for f in figures.values():
+        f["probe"] = {step: f["probe"][step] for step in shared}
+    return {"window": window, "probe_steps": shared, "rungs": figures}
+
+
+def format_table(result: dict[str, Any]) -> str:
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    steps = result["probe_steps"]
+    head = ["rung", "steps"] + [f"probe {s}: mean / weakest / pass@k" for s in steps]
+    head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()] + ["step s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, f in result["rungs"].items():
+        cells = [label, str(f["steps"])]
+        cells += [" / ".join(num(f["probe"][s][k]) for k in ("mean_pass1", "weakest_pass1", "mean_passk")) for s in steps]
+        cells += [f"{num(f['windows'][k]['first'])}→{num(f['windows'][k]['last'])}" for k in WINDOWED]
+        cells.append("-" if f["step_s"] is None else f"{f['step_s']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("rungs", nargs="+", metavar="LABEL=RUN_DIR")
+    parser.add_argument("--window", type=int, default=10, help="steps averaged for the first and last figures")
+    args = parser.parse_args()
+    try:
+        rungs = {}
+        for spec in args.rungs:
+            label, sep, path = spec.partition("=")
+            if not sep or not label or not path:
+                raise PopulaError(f"{spec!r}: give each rung as LABEL=RUN_DIR")
+            metrics = Path(path) / "metrics.jsonl"
+            if not metrics.is_file():
+                raise PopulaError(f"{metrics}: no such file; give a `popula run` directory")
+            rungs[label] = read_metrics(metrics)
+        result = ladder(rungs, args.window)
+    except PopulaError as exc:
+        sys.exit(f"settings_ladder: {exc}")
+    print(format_table(result))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

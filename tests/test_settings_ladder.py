@@ -1,0 +1,59 @@
+"""benchmarks/settings_ladder.py: each rung's probe, exploration and curriculum, read from its metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_dir(path: Path, entropy: list[float], probes: dict[int, dict[str, tuple[float, float]]],
+            samples: int = 4) -> Path:
+    """A metrics.jsonl of len(entropy) steps; `probes`: step -> student -> (pass@1, pass@k)."""
+    path.mkdir(parents=True)
+    rows = []
+    for step, h in enumerate(entropy, start=1):
+        row = {"step": step, "wall_s": 10.0, "phases": {}, "student_entropy": h, "signal_groups": 0.5,
+               "ast_depth": 5.0, "distinct_forms": 0.8, "solve_rate": 0.3}
+        if step in probes:
+            row["wall_s"] += 30.0
+            row["phases"]["heldout_s"] = 30.0
+            row["heldout"] = {"tasks": 100, "samples": samples,
+                              "students": {s: {"pass1": p1, "passk": pk} for s, (p1, pk) in probes[step].items()}}
+        rows.append(row)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def ladder(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks/settings_ladder.py"), *args],
+                          capture_output=True, text=True)
+
+
+def test_each_rung_reports_its_probe_entropy_and_step_time_on_the_steps_all_rungs_probed(tmp_path):
+    a = run_dir(tmp_path / "a", [0.5] * 2 + [0.1] * 2, {2: {"S0": (0.2, 0.4), "S1": (0.4, 0.6)}, 4: {"S0": (0.3, 0.5)}})
+    b = run_dir(tmp_path / "b", [0.5] * 4, {4: {"S0": (0.25, 0.5), "S1": (0.35, 0.5)}})
+    done = ladder(f"control={a}", f"kl={b}", "--window", "2")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["probe_steps"] == [4]  # step 2 was probed by one rung only
+    kl = result["rungs"]["kl"]
+    assert kl["probe"]["4"] == {"set": [100, 4], "mean_pass1": 0.3, "weakest_pass1": 0.25, "mean_passk": 0.5}
+    assert result["rungs"]["control"]["windows"]["student_entropy"] == {"first": 0.5, "last": 0.1}
+    assert kl["step_s"] == 10.0  # the probe's 30 s are not the step's
+    assert "| control | 4 |" in done.stdout
+
+
+def test_rungs_probed_on_different_sets_are_refused_in_one_line(tmp_path):
+    a = run_dir(tmp_path / "a", [0.5], {1: {"S0": (0.2, 0.4)}})
+    b = run_dir(tmp_path / "b", [0.5], {1: {"S0": (0.2, 0.4)}}, samples=2)
+    done = ladder(f"a={a}", f"b={b}")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "probes differ" in done.stderr
+
+
+def test_a_folder_without_metrics_is_named(tmp_path):
+    done = ladder(f"a={tmp_path}")
+    assert done.returncode == 1 and str(tmp_path / "metrics.jsonl") in done.stderr
