@@ -40,6 +40,9 @@ def args(base: Path, out: Path, steps: int, *extra: str) -> list[str]:
 def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(args(base, out, 2)) == 0
+    import gc
+
+    assert gc.get_freeze_count() == 0  # the run hands its frozen objects back (frozen at exit, they are never freed)
     # the first line names where it runs; config.yaml holds the runtime as resolved (auto device -> cpu here)
     import torch
     import yaml
