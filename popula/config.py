@@ -151,6 +151,11 @@ class LearnerConfig(_Section):
         0.05, ge=0, description="the KL coefficient of student rollouts alone; None: kl_coef. Holds a student's "
                                 "answers nearer the base's spread (pass@k) without holding the teachers back"
     )
+    student_entropy_coef: float = Field(
+        0.0, ge=0, description="a bonus of this times the policy's entropy at each token of a student's answer (the "
+                               "whole next-token distribution): holds the answers' spread as pass@1 rises, so groups "
+                               "keep a signal and pass@k is not traded for pass@1. 0: off"
+    )
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
                             "(dr_grpo), or for the best of pass_k answers (passk; on the tiny base it learns less and "
@@ -193,6 +198,10 @@ class LearnerConfig(_Section):
     def kl_coef_for(self, role: str) -> float:
         """The KL coefficient of a rollout of `role` ("teacher" or "student")."""
         return self.student_kl_coef if role == "student" and self.student_kl_coef is not None else self.kl_coef
+
+    def entropy_coef_for(self, role: str) -> float:
+        """The entropy bonus of a rollout of `role`: the students' answers only."""
+        return self.student_entropy_coef if role == "student" else 0.0
 
     @property
     def uses_kl(self) -> bool:

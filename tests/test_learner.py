@@ -440,17 +440,25 @@ def test_over_a_bf16_base_the_adapters_train_in_float32_so_small_steps_are_kept(
     assert moved > 0.9  # steps of ~1e-4 on weights of ~0.1: a bf16 weight would keep almost none of them
 
 
-def test_student_rollouts_take_the_student_kl_coefficient_and_teacher_rollouts_the_shared_one():
-    def learner_with(cfg: LearnerConfig) -> PopulationLearner:
-        learner = PopulationLearner(tiny_llama(), LORA, cfg, max_adapters=2)
-        learner.add_adapter("T", trained_looking_adapter(tiny_llama(), seed=1))
-        learner.add_adapter("S", trained_looking_adapter(tiny_llama(), seed=2))
-        return learner
+def learner_with(cfg: LearnerConfig) -> PopulationLearner:
+    """A learner holding teacher "T" and student "S" (trained-looking adapters) under `cfg`."""
+    learner = PopulationLearner(tiny_llama(), LORA, cfg, max_adapters=2)
+    learner.add_adapter("T", trained_looking_adapter(tiny_llama(), seed=1))
+    learner.add_adapter("S", trained_looking_adapter(tiny_llama(), seed=2))
+    return learner
 
+
+def teacher_and_student_rollouts(advantages: list[float]) -> list[Rollout]:
+    """Eight rollouts of "T" (teacher) and "S" (student), given advantages in turn."""
     rollouts = random_rollouts(["T", "S"], 8, seed=3)
     for i, r in enumerate(rollouts):
         r.role, r.task_type = ("teacher", "code_o") if r.adapter == "T" else ("student", "")
-        r.reward, r.advantage = None, [1.0, -0.5, 0.25, -1.0][i % 4]
+        r.reward, r.advantage = None, advantages[i % len(advantages)]
+    return rollouts
+
+
+def test_student_rollouts_take_the_student_kl_coefficient_and_teacher_rollouts_the_shared_one():
+    rollouts = teacher_and_student_rollouts([1.0, -0.5, 0.25, -1.0])
     mixed = learner_with(plain_learner(kl_coef=0.05, student_kl_coef=0.5)).gradients(rollouts)
     shared = learner_with(plain_learner(kl_coef=0.05)).gradients(rollouts)
     strong = learner_with(plain_learner(kl_coef=0.5)).gradients(rollouts)
@@ -459,3 +467,23 @@ def test_student_rollouts_take_the_student_kl_coefficient_and_teacher_rollouts_t
     for key, g in mixed["S"].items():
         torch.testing.assert_close(g, strong["S"][key])
     assert any(not torch.allclose(g, shared["S"][k]) for k, g in mixed["S"].items())  # the coefficient matters
+
+
+def test_the_entropy_bonus_trains_students_whose_answers_carried_no_signal_and_widens_them():
+    """Groups judged all alike (advantage 0) teach nothing by policy gradient; the bonus still
+    spreads a student's answers, and leaves teachers alone."""
+    rollouts = teacher_and_student_rollouts([0.0])
+    plain = learner_with(plain_learner()).gradients(rollouts)
+    assert all(torch.count_nonzero(g) == 0 for grads in plain.values() for g in grads.values())
+    weak = learner_with(plain_learner(student_entropy_coef=0.1)).gradients(rollouts)
+    strong = learner_with(plain_learner(student_entropy_coef=0.2)).gradients(rollouts)
+    assert all(torch.count_nonzero(g) == 0 for g in weak.get("T", {}).values())
+    assert any(torch.count_nonzero(g) > 0 for g in weak["S"].values())
+    for key, g in weak["S"].items():
+        torch.testing.assert_close(strong["S"][key], 2 * g)  # the bonus scales with its coefficient
+
+    learner = learner_with(plain_learner(student_entropy_coef=0.1, lr=1e-2))
+    students = [r for r in rollouts if r.adapter == "S"]
+    before = sum(map(sum, learner.entropies(students)))
+    learner.step(rollouts)
+    assert sum(map(sum, learner.entropies(students))) > before

@@ -19,6 +19,7 @@ from popula.learner import (
     k3_kl,
     pack_rows,
     passk_advantages,
+    token_entropy,
     token_logprobs,
 )
 
@@ -246,6 +247,22 @@ def test_k3_kl_is_zero_at_the_base_positive_elsewhere_and_added_with_its_coeffic
     adv = torch.zeros(3)
     tl = clipped_token_loss(logp, logp, adv, clip_low=0.2, clip_high=0.2, base_logp=base, kl_coef=0.1)
     assert torch.allclose(tl.loss, 0.1 * kl) and torch.allclose(tl.kl, kl)
+
+
+def test_the_entropy_bonus_is_subtracted_with_its_coefficient_and_a_zero_one_adds_nothing():
+    logp, adv = torch.tensor([-1.0, -2.0]), torch.tensor([0.5, -0.5])
+    entropy = torch.tensor([0.3, 1.2])
+    plain = clipped_token_loss(logp, logp, adv, clip_low=0.2, clip_high=0.2)
+    bonus = clipped_token_loss(logp, logp, adv, clip_low=0.2, clip_high=0.2, entropy=entropy, entropy_coef=0.1)
+    off = clipped_token_loss(logp, logp, adv, clip_low=0.2, clip_high=0.2, entropy=entropy, entropy_coef=0.0)
+    assert torch.allclose(bonus.loss, plain.loss - 0.1 * entropy) and torch.equal(off.loss, plain.loss)
+
+
+def test_token_entropy_is_the_tempered_distributions():
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
+    assert token_entropy(logits, 1.0)[1].item() == pytest.approx(math.log(3))  # uniform
+    p = torch.softmax(logits[0] / 0.5, -1)
+    assert token_entropy(logits, 0.5)[0].item() == pytest.approx(-(p * p.log()).sum().item(), rel=1e-5)
 
 
 def test_token_logprobs_use_the_samplers_temperature():

@@ -17,7 +17,7 @@ import torch
 from conftest import plain_learner
 from popula.config import LearnerConfig
 from popula.learner import PopulationLearner, Rollout
-from popula.learner.objective import selected_logprobs, token_logprobs
+from popula.learner.objective import selected_logprobs, token_entropy, token_logprobs
 from popula.learner.packing import pack_prompts, packed_length
 from tests.test_learner import LORA, VOCAB, tiny_llama, trained_looking_adapter
 
@@ -58,7 +58,9 @@ def learner(cfg: LearnerConfig, base: torch.nn.Module | None = None, **paths) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("cfg", [LearnerConfig(max_tokens_per_microbatch=24, kl_coef=0.5, student_kl_coef=0.05),
-                                 plain_learner(max_tokens_per_microbatch=10_000)], ids=["small-microbatches-kl", "one"])
+                                 plain_learner(max_tokens_per_microbatch=10_000),
+                                 plain_learner(max_tokens_per_microbatch=24, student_entropy_coef=0.1)],
+                         ids=["small-microbatches-kl", "one", "entropy-bonus"])
 def test_row_by_row_logprobs_and_every_gradient_equal_the_path_of_one_row_per_rollout(path, cfg):
     rollouts = group_rollouts(seed=1, n=5)  # 24 tokens a microbatch: a group's rows then span two packs
     before, now = learner(cfg, **BEFORE), learner(cfg, **PATHS[path])
@@ -136,6 +138,22 @@ def test_selected_logprobs_equal_full_logits_in_value_and_gradient_for_any_chunk
         assert torch.allclose(selected_logprobs(hidden, head, targets, temperature, 7), want, atol=1e-6)
     with pytest.raises(ValueError, match="frozen"):
         selected_logprobs(hidden, head.requires_grad_(True), targets, temperature, 4)
+
+
+def test_selected_entropies_equal_full_logits_in_value_and_gradient_for_any_chunk():
+    g = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(16, 50, bias=True).requires_grad_(False)
+    hidden = torch.randn(23, 16, generator=g, requires_grad=True)
+    targets, temperature = torch.randint(0, 50, (23,), generator=g), 0.5 + torch.rand(23, generator=g)
+    up_logp, up_entropy = torch.randn(23, generator=g), torch.randn(23, generator=g)
+    logits = head(hidden)
+    want_logp, want_entropy = token_logprobs(logits, targets, temperature), token_entropy(logits, temperature)
+    (want_grad,) = torch.autograd.grad((want_logp * up_logp + want_entropy * up_entropy).sum(), hidden)
+    for chunk in (1, 4, 23, 100):
+        logp, entropy = selected_logprobs(hidden, head, targets, temperature, chunk, entropy=True)
+        (got_grad,) = torch.autograd.grad((logp * up_logp + entropy * up_entropy).sum(), hidden)
+        assert torch.allclose(logp, want_logp, atol=1e-6) and torch.allclose(entropy, want_entropy, atol=1e-5)
+        assert torch.allclose(got_grad, want_grad, atol=1e-5)
 
 
 def test_pack_prompts_shares_a_key_within_the_budget_and_counts_repeats_once():

@@ -14,6 +14,7 @@ from popula.learner.objective import (
     TokenLoss,
     clipped_token_loss,
     k3_kl,
+    token_entropy,
     token_logprobs,
 )
 from popula.learner.packing import pack_rows
@@ -22,5 +23,5 @@ from popula.learner.rollout import Rollout
 
 __all__ = [
     "EmaBaseline", "Learner", "NonFiniteUpdateWarning", "PopulationLearner", "Rollout", "TokenLoss", "clipped_token_loss",
-    "compute_advantages", "group_advantages", "k3_kl", "passk_advantages", "pack_rows", "token_logprobs",
+    "compute_advantages", "group_advantages", "k3_kl", "passk_advantages", "pack_rows", "token_entropy", "token_logprobs",
 ]

@@ -61,7 +61,7 @@ from torch import nn
 from popula.config import LearnerConfig, LoraConfig
 from popula.errors import PopulaError
 from popula.learner.advantages import EmaBaseline, compute_advantages
-from popula.learner.objective import clipped_token_loss, selected_logprobs, token_logprobs
+from popula.learner.objective import clipped_token_loss, selected_logprobs, token_entropy, token_logprobs
 from popula.learner.optimizer import PopulationOptimizer
 from popula.learner.packing import pack_prompts, pack_rows, packed_length
 from popula.learner.recompute import decoder_layers, recomputed
@@ -86,6 +86,7 @@ class _Rows:
     advantage: list[float]
     temperature: list[float]
     kl_coef: list[float]  # learner.kl_coef_for(the rollout's role)
+    entropy_coef: list[float]  # learner.entropy_coef_for(the rollout's role)
     adapter: list[str]
     slot: list[int]
     versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
@@ -351,16 +352,25 @@ class PopulationLearner:
         self._zero_grad(active)
         return out
 
-    @torch.no_grad()
     def logprobs(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
         """Each rollout's completion-token log-probs as the trainer computes them, with the current
         weights and nothing updated; for checks and diagnostics ([] for an empty completion)."""
+        return self._per_token(rollouts, entropy=False)
+
+    def entropies(self, rollouts: Sequence[Rollout]) -> list[list[float]]:
+        """The policy's entropy at each completion token's position (the whole next-token
+        distribution at the rollout's temperature), as `logprobs` computes its values."""
+        return self._per_token(rollouts, entropy=True)
+
+    @torch.no_grad()
+    def _per_token(self, rollouts: Sequence[Rollout], *, entropy: bool) -> list[list[float]]:
         rows = self._prepare(rollouts, copy.deepcopy(self.ema))
         out: list[list[float]] = [[] for _ in rows.ids]
         for batch in self._pack(rows, range(len(rows.ids))):
-            logp = self._logprobs(self._batch_tensors(rows, batch)).cpu()
+            logp, ent = self._forward(self._batch_tensors(rows, batch), base=False, entropy=entropy)
+            values = (ent if entropy else logp).cpu()
             for j, i in enumerate(batch.rows):
-                out[i] = logp[j, logp.shape[1] - rows.completion_len[i]:].tolist()
+                out[i] = values[j, values.shape[1] - rows.completion_len[i]:].tolist()
         kept = iter(out)
         return [next(kept) if r.completion_ids else [] for r in rollouts]
 
@@ -372,7 +382,7 @@ class PopulationLearner:
             if r.adapter not in self._slot:
                 raise PopulaError(f"rollout {i}: adapter {r.adapter!r} is not in the learner (has {self.adapters})")
         advantages = compute_advantages(rollouts, self.cfg, ema)
-        rows = _Rows([], [], [], [], [], [], [], [], defaultdict(set))
+        rows = _Rows([], [], [], [], [], [], [], [], [], defaultdict(set))
         for r, adv in zip(rollouts, advantages):
             if not r.completion_ids:
                 continue
@@ -383,6 +393,7 @@ class PopulationLearner:
             rows.advantage.append(adv)
             rows.temperature.append(r.temperature)
             rows.kl_coef.append(self.cfg.kl_coef_for(r.role))
+            rows.entropy_coef.append(self.cfg.entropy_coef_for(r.role))
             rows.adapter.append(r.adapter)
             rows.slot.append(self._slot[r.adapter])
         for r in rollouts:
@@ -390,14 +401,15 @@ class PopulationLearner:
         return rows
 
     def _signal_rows(self, rows: _Rows) -> list[int]:
-        """The rows whose loss has a gradient: a non-zero advantage, or a KL term.
+        """The rows whose loss has a gradient: a non-zero advantage, a KL term or an entropy bonus.
 
         A row with advantage 0 and no KL (a GRPO group whose rollouts all scored alike, a
         teacher's task compared with itself) adds exactly zero to every gradient, so the
         learner runs no forward for it: a step costs what its learning signal costs.
         """
         kl = self.cfg.uses_kl
-        return [i for i, (a, c) in enumerate(zip(rows.advantage, rows.kl_coef)) if a != 0.0 or (kl and c > 0)]
+        return [i for i, (a, c, e) in enumerate(zip(rows.advantage, rows.kl_coef, rows.entropy_coef))
+                if a != 0.0 or (kl and c > 0) or e > 0]
 
     def _pack(self, rows: _Rows, subset: Sequence[int]) -> list[_Microbatch]:
         """Microbatches of the rows in `subset` under the token budget, rows of each ordered by
@@ -441,6 +453,7 @@ class PopulationLearner:
             "temperature": torch.tensor([rows.temperature[i] for i in batch.rows], dtype=torch.float32, device=dev),
             "advantage": torch.tensor([rows.advantage[i] for i in batch.rows], dtype=torch.float32, device=dev),
             "kl_coef": torch.tensor([rows.kl_coef[i] for i in batch.rows], dtype=torch.float32, device=dev),
+            "entropy_coef": torch.tensor([rows.entropy_coef[i] for i in batch.rows], dtype=torch.float32, device=dev),
         }
 
     def _padded_inputs(self, rows: _Rows, order: list[int], k: int) -> dict[str, torch.Tensor]:
@@ -524,23 +537,41 @@ class PopulationLearner:
     def _logprobs(self, t: dict[str, torch.Tensor], *, base: bool = False) -> torch.Tensor:
         """(rows, K) log-probs of each row's completion tokens (right-aligned) under its slot, or
         under the bare base; zero outside the completion tokens."""
+        return self._forward(t, base=base, entropy=False)[0]
+
+    def _forward(self, t: dict[str, torch.Tensor], *, base: bool,
+                 entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`_logprobs`, and with `entropy` the policy's entropy at each of those positions (same layout)."""
         self.prompt_tokens += int(t["prompt_tokens"])
         slots = torch.full_like(t["slots"], BASE_SLOT) if base else t["slots"]
         inputs = {"input_ids": t["ids"], "attention_mask": t["mask"], "position_ids": t["positions"],
                   "use_cache": False}
         n, k = t["old"].shape
+        ent = None
         with self.model.route(slots):
             if self.logit_chunk is None and t["mask"].dim() == 2:  # the last K+1 positions' logits of every row
                 logits = self.model(**inputs, logits_to_keep=k + 1).logits[:, :-1]
-                return token_logprobs(logits, t["targets"], t["temperature"].unsqueeze(-1))
+                temperature = t["temperature"].unsqueeze(-1)
+                if entropy:
+                    ent = torch.where(t["token_mask"], token_entropy(logits, temperature), 0.0)
+                return token_logprobs(logits, t["targets"], temperature), ent
             where = (t["sel_row"], t["sel_pos"])
             if self.logit_chunk is None:
-                flat = token_logprobs(self.model(**inputs).logits[where], t["sel_target"], t["sel_temp"])
+                logits = self.model(**inputs).logits[where]
+                flat = token_logprobs(logits, t["sel_target"], t["sel_temp"])
+                flat_ent = token_entropy(logits, t["sel_temp"]) if entropy else None
             else:
                 model = self.model.base_model
                 hidden = model.get_decoder()(**inputs).last_hidden_state[where]
-                flat = selected_logprobs(hidden, model.get_output_embeddings(), t["sel_target"], t["sel_temp"],
-                                         self.logit_chunk)
+                got = selected_logprobs(hidden, model.get_output_embeddings(), t["sel_target"], t["sel_temp"],
+                                        self.logit_chunk, entropy=entropy)
+                flat, flat_ent = got if entropy else (got, None)
+        logp = self._right_aligned(t, flat, n, k)
+        return logp, None if flat_ent is None else self._right_aligned(t, flat_ent, n, k)
+
+    @staticmethod
+    def _right_aligned(t: dict[str, torch.Tensor], flat: torch.Tensor, n: int, k: int) -> torch.Tensor:
+        """Per-position values of the selected positions laid out as (rows, K), zero elsewhere."""
         if "out_index" in t:
             flat = flat[t["out_index"]]
         return torch.zeros(n, k, device=flat.device).index_put((t["out_row"], t["out_col"]), flat)
@@ -587,12 +618,13 @@ class PopulationLearner:
                     stats: _Stats | None, before: list[torch.Tensor], bad: dict[str, str]) -> None:
         """One microbatch's forward and backward; adapters whose loss is not finite go into `bad`."""
         names = [rows.adapter[i] for i in batch.rows]
-        logp = self._logprobs(t)
+        logp, entropy = self._forward(t, base=False, entropy=bool((t["entropy_coef"] > 0).any()))
         tl = clipped_token_loss(
             logp, t["old"], t["advantage"].unsqueeze(-1), clip_low=self.cfg.clip_eps,
             clip_high=self.cfg.clip_eps_high or self.cfg.clip_eps,
             base_logp=None if base_logp is None else base_logp[index], kl_coef=t["kl_coef"].unsqueeze(-1),
-            is_cap=self.cfg.is_cap, old_logp=before[index] if index < len(before) else None)
+            is_cap=self.cfg.is_cap, old_logp=before[index] if index < len(before) else None,
+            entropy=entropy, entropy_coef=t["entropy_coef"].unsqueeze(-1))
         if index >= len(before):  # the first epoch's log-probs: the ratio's reference in later ones
             before.append(logp.detach())
         tm = t["token_mask"]
