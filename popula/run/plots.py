@@ -1,8 +1,8 @@
 """Figures of a run's metrics.jsonl: the curves PopuLoRA argues from.
 
-One PNG per measure (solve rate, teacher reward, valid rate, and the four complexity
-measures), each with every given run on the same axes, so a population run and its
-single-agent baseline can be compared at a glance.
+One PNG per measure (solve rate, teacher reward, valid rate, the four complexity measures,
+the curriculum's variety, and the students' exploration), each with every given run on the
+same axes, so a population run and its single-agent baseline can be compared at a glance.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ FIGURES: dict[str, str] = {
     "cyclomatic": "cyclomatic complexity",
     "loc": "lines of code",
     "n_vars": "distinct variables",
+    "distinct_forms": "distinct program forms among valid tasks",
     "student_entropy": "student entropy (answer tokens' mean -log p)",
+    "signal_groups": "student groups with a signal (rewards differ)",
 }
 
 
