@@ -547,13 +547,11 @@ class PopulationLearner:
         inputs = {"input_ids": t["ids"], "attention_mask": t["mask"], "position_ids": t["positions"],
                   "use_cache": False}
         n, k = t["old"].shape
-        ent = None
         with self.model.route(slots):
             if self.logit_chunk is None and t["mask"].dim() == 2:  # the last K+1 positions' logits of every row
                 logits = self.model(**inputs, logits_to_keep=k + 1).logits[:, :-1]
                 temperature = t["temperature"].unsqueeze(-1)
-                if entropy:
-                    ent = torch.where(t["token_mask"], token_entropy(logits, temperature), 0.0)
+                ent = torch.where(t["token_mask"], token_entropy(logits, temperature), 0.0) if entropy else None
                 return token_logprobs(logits, t["targets"], temperature), ent
             where = (t["sel_row"], t["sel_pos"])
             if self.logit_chunk is None:

@@ -99,15 +99,17 @@ class _SelectedLogprobs(torch.autograd.Function):
             picked = targets[start:end].unsqueeze(-1)
             lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
             out[start:end] = (scaled.gather(-1, picked) - lse).squeeze(-1)
+            if not want_entropy and jacobian is None:
+                continue
+            logp = scaled.sub_(lse)  # the whole distribution's log-probs, once for both uses
+            probs = logp.exp()
             if want_entropy:
-                logp = scaled - lse
-                probs = logp.exp()
                 h = -(probs * logp).sum(-1, keepdim=True)
                 ent[start:end] = h.squeeze(-1)
                 if ent_jacobian is not None:  # d H / d logits = -p (log p + H) / T, then through the head
                     ent_jacobian[start:end] = (-(probs * (logp + h)) / temp).to(weight.dtype) @ weight
             if jacobian is not None:  # d logp / d logits = (onehot - softmax) / T, then through the head
-                grad = (scaled - lse).exp_().neg_()
+                grad = probs.neg_()
                 grad.scatter_add_(-1, picked, torch.ones_like(picked, dtype=grad.dtype))
                 jacobian[start:end] = (grad / temp).to(weight.dtype) @ weight
         ctx.save_for_backward(jacobian, ent_jacobian)
