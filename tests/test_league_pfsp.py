@@ -24,6 +24,10 @@ def test_hard_weighting_prefers_opponents_the_chooser_loses_to():
     assert probs == pytest.approx(raw / raw.sum())
 
 
+def test_uniform_weighting_ignores_the_ratings():
+    assert pfsp_probabilities([0.01, 0.5, 0.99], weighting="uniform") == pytest.approx([1 / 3] * 3)
+
+
 def test_weights_that_sum_to_zero_fall_back_to_uniform():
     assert pfsp_probabilities([1.0, 1.0, 0.0]) == pytest.approx([1 / 3] * 3)
     assert pfsp_probabilities([1.0, 1.0], weighting="hard") == pytest.approx([0.5, 0.5])
@@ -79,6 +83,18 @@ def test_near_balanced_pairs_are_matched_more_often():
     # One teacher, two students: the teacher's own draw is the PFSP choice.
     first_picks = Counter(plan_matches(rng, ["t0"], ["s0", "s1"], league.win_probability)[0][1] for _ in range(400))
     assert first_picks["s0"] > 0.9 * 400
+
+
+def test_uniform_matching_picks_lopsided_and_balanced_pairs_alike():
+    # The ablation's control: same league as above, but the ratings no longer steer the draw.
+    league = _league(1, 2, weighting="uniform")
+    league.members["t0"].mu, league.members["t0"].sigma = 30.0, 1.0
+    league.members["s0"].mu, league.members["s0"].sigma = 30.0, 1.0
+    league.members["s1"].mu, league.members["s1"].sigma = 15.0, 1.0
+    rng = np.random.default_rng(0)
+    first_picks = Counter(plan_matches(rng, ["t0"], ["s0", "s1"], league.win_probability, "uniform")[0][1]
+                          for _ in range(400))
+    assert 0.4 * 400 < first_picks["s0"] < 0.6 * 400
 
 
 def _retire(league: League, old: str, child: str, parent: str) -> None:

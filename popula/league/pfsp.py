@@ -5,7 +5,9 @@ the teacher beats the student:
 
 * ``variance``: f(p) = p (1 - p), largest for balanced pairs (p = 1/2), the default,
   because a task is most informative when neither side dominates;
-* ``hard``: f(p) = (1 - p)^k, favouring the students most likely to beat the teacher.
+* ``hard``: f(p) = (1 - p)^k, favouring the students most likely to beat the teacher;
+* ``uniform``: f(p) = 1, ratings ignored: every plan that covers the members is equally
+  likely. The control arm of an ablation, to measure what the ratings buy.
 
 All weights of the step are computed first and normalised once; if they sum to ~0 (every
 pair is hopelessly lopsided) they fall back to uniform, so no member is ever starved.
@@ -37,7 +39,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-Weighting = Literal["variance", "hard"]
+Weighting = Literal["variance", "hard", "uniform"]
 
 # Below this total the weights carry no usable preference: fall back to uniform.
 _WEIGHT_FLOOR = 1e-12
@@ -54,8 +56,10 @@ def pfsp_probabilities(p_win: Sequence[float] | np.ndarray, weighting: Weighting
         weights = p * (1.0 - p)
     elif weighting == "hard":
         weights = (1.0 - p) ** k
+    elif weighting == "uniform":
+        weights = np.ones_like(p)
     else:
-        raise ValueError(f"unknown PFSP weighting {weighting!r} (use 'variance' or 'hard')")
+        raise ValueError(f"unknown PFSP weighting {weighting!r} (use 'variance', 'hard' or 'uniform')")
     total = float(weights.sum())
     if not np.isfinite(total) or total < _WEIGHT_FLOOR:
         return np.full(p.shape, 1.0 / p.size)

@@ -34,8 +34,9 @@ class LeagueConfig(BaseModel):
     beta: float = Field(25.0 / 6.0, gt=0)
     tau: float = Field(25.0 / 300.0, ge=0)
     draw_probability: float = Field(0.10, ge=0, lt=1)
-    # PFSP pair weight f(p), p = P(teacher beats student): "variance" p(1-p) or "hard" (1-p)^hard_k.
-    weighting: Literal["variance", "hard"] = "variance"
+    # PFSP pair weight f(p), p = P(teacher beats student): "variance" p(1-p), "hard" (1-p)^hard_k,
+    # or "uniform" 1 (ratings ignored: the ablation's control).
+    weighting: Literal["variance", "hard", "uniform"] = "variance"
     hard_k: float = Field(2.0, gt=0)
     # Let retired ancestors of alive members stay in the pools as frozen opponents.
     past_versions: bool = False
