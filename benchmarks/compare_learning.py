@@ -1,13 +1,17 @@
 """Two `benchmarks/learning.py` output folders compared task by task: did setting A beat setting B?
 
     python3 benchmarks/compare_learning.py A_DIR B_DIR --seeds 0 1 2 3 4 [--labels population single]
+                                           [--pick best|mean|weakest]
 
 Why: a change of settings is judged against the same seeds' runs of the other setting on the same
 held-out tasks, not against numbers from another table. Each folder holds what learning.py writes
 (`<label>-s<seed>/` runs and `scores/<label>-s<seed>-<adapter>.json` reports); a folder of bare
 `popula run` directories with such a `scores/` folder works as well. For each label and seed the
-model is the run's best student by conservative rating (`popula.apps.targets.best_student`, as
-learning.py picks it: the single agent's one adapter, the population's top-rated live student).
+model is `--pick`: the run's best student by conservative rating (`best`, the default:
+`popula.apps.targets.best_student`, as learning.py picks it), the mean of its live students
+(`mean`: each task scored by their mean, as PopuLoRA reports a population and as an ablation is
+judged), or its weakest live student by held-out pass@1 (`weakest`). A single agent's one
+adapter is all three.
 Printed for each label: pass@1 and pass@k of A minus B (`popula.eval.paired`: the mean per-task
 difference, its standard error over tasks and its spread over seeds), and of each against the bare
 base when `scores/base.json` is there. The two folders must have scored the same held-out tasks.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,36 +30,50 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.errors import PopulaError  # noqa: E402
-from popula.eval.paired import PairedDifference, paired_difference, per_task_pass1, per_task_pass_at_k  # noqa: E402
-from popula.apps.targets import best_student  # noqa: E402
+from popula.eval.paired import (PairedDifference, mean_report, paired_difference, per_task_pass1,  # noqa: E402
+                                per_task_pass_at_k)
+from popula.apps.targets import live_students  # noqa: E402
 
 METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
+PICKS = {"best": "best student by rating", "mean": "live students' mean", "weakest": "weakest live student"}
 
 
-def best_report(out: Path, label: str, seed: int) -> dict[str, Any]:
-    """The scored report of the best student of OUT/<label>-s<seed>."""
-    name = best_student(out / f"{label}-s{seed}")
+def _report(out: Path, label: str, seed: int, name: str) -> dict[str, Any]:
     path = out / "scores" / f"{label}-s{seed}-{name}.json"
     if not path.exists():
-        raise PopulaError(f"{path}: no report for {label}-s{seed}'s best student {name!r}; score it with "
+        raise PopulaError(f"{path}: no report for {label}-s{seed}'s student {name!r}; score it with "
                           f"`popula eval {out / f'{label}-s{seed}'} --adapter {name} --json --per-task` "
                           f"(or run benchmarks/learning.py on {out})")
     return json.loads(path.read_text())
 
 
-def compare(a: Path, b: Path, seeds: list[int], labels: list[str]) -> dict[str, dict[str, PairedDifference]]:
+def picked_reports(out: Path, label: str, seed: int, pick: str) -> dict[str, dict[str, Any]]:
+    """metric -> OUT/<label>-s<seed>'s `pick` (best, mean or weakest) as one report whose pass@1
+    slot holds that metric per task (`popula.eval.paired.mean_report`), so every pick is read alike."""
+    names = [m.name for m in live_students(out / f"{label}-s{seed}")]
+    if pick == "best":
+        names = names[:1]
+    reports = [_report(out, label, seed, name) for name in names]
+    if pick == "weakest":
+        reports = [min(reports, key=lambda r: statistics.fmean(per_task_pass1(r).values()))]
+    return {metric: mean_report(reports, f"{label}-s{seed} {pick}", per_task) for metric, per_task in METRICS.items()}
+
+
+def compare(a: Path, b: Path, seeds: list[int], labels: list[str],
+            pick: str = "best") -> dict[str, dict[str, PairedDifference]]:
     """label -> comparison name -> paired difference, for every metric."""
     out: dict[str, dict[str, PairedDifference]] = {}
     for label in labels:
-        ra = [best_report(a, label, s) for s in seeds]
-        rb = [best_report(b, label, s) for s in seeds]
+        ra = [picked_reports(a, label, s, pick) for s in seeds]
+        rb = [picked_reports(b, label, s, pick) for s in seeds]
         pairs = {"A - B": (ra, rb)}
         for name, folder, reports in (("A - base", a, ra), ("B - base", b, rb)):
             base = folder / "scores" / "base.json"
             if base.exists():
-                pairs[name] = (reports, [json.loads(base.read_text())] * len(seeds))
-        out[label] = {f"{metric} {name}": paired_difference(x, y, per_task)
-                      for name, (x, y) in pairs.items() for metric, per_task in METRICS.items()}
+                bare = json.loads(base.read_text())
+                pairs[name] = (reports, [{m: mean_report([bare], "base", f) for m, f in METRICS.items()}] * len(seeds))
+        out[label] = {f"{metric} {name}": paired_difference([r[metric] for r in x], [r[metric] for r in y])
+                      for name, (x, y) in pairs.items() for metric in METRICS}
     return out
 
 
@@ -66,18 +85,21 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--labels", nargs="+", default=["population", "single"],
                         help="which runs of each seed to compare (default: population single)")
+    parser.add_argument("--pick", choices=PICKS, default="best",
+                        help="which model stands for a run: its best-rated student (default), the mean of its "
+                             "live students, or its weakest by held-out pass@1")
     args = parser.parse_args()
     try:
-        result = compare(args.a, args.b, args.seeds, args.labels)
+        result = compare(args.a, args.b, args.seeds, args.labels, args.pick)
     except PopulaError as e:
         print(f"compare_learning: {e}", file=sys.stderr)
         return 2
-    print(f"A = {args.a}, B = {args.b}, seeds {' '.join(map(str, args.seeds))}; each run's best student by rating\n")
+    print(f"A = {args.a}, B = {args.b}, seeds {' '.join(map(str, args.seeds))}; each run's {PICKS[args.pick]}\n")
     for label, rows in result.items():
         print(label)
         for name, diff in rows.items():
             print(f"  {name:16s} {diff.describe()}")
-    print(json.dumps({"a": str(args.a), "b": str(args.b), "seeds": args.seeds,
+    print(json.dumps({"a": str(args.a), "b": str(args.b), "seeds": args.seeds, "pick": args.pick,
                       "results": {label: {n: d.to_json() for n, d in rows.items()} for label, rows in result.items()}}))
     return 0
 

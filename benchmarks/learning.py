@@ -3,6 +3,7 @@
     python3 benchmarks/learning.py [--seeds 0 1 2] [--steps N] [--heldout 300] [--samples 4]
                                    [--trend N] [--humaneval JSONL] [--jobs 2] [--out DIR] [--docs DIR]
                                    [--population-config YAML] [--single-config YAML] [--set KEY=VALUE ...]
+                                   [--reuse-single EARLIER_OUT]
 
 For every seed it runs `configs/tiny-cpu.yaml` (4 teachers + 4 students) and
 `configs/single-agent.yaml` (one adapter that proposes and solves) from the same base, each
@@ -26,6 +27,11 @@ With `--trend N` every run also scores its live students every N steps while it 
 x `--trend-samples` from `--trend-seed`): the table and `heldout_trend.png` show when the gain is
 made. Choose settings on that set, and report on `--heldout-seed`'s, which no decision touched.
 
+An ablation changes the population alone: `--reuse-single EARLIER_OUT` takes the single agent's
+runs and scores (and the base's) from an earlier output on the same held-out set instead of
+training and scoring them again, and `benchmarks/compare_learning.py OUT EARLIER_OUT --labels
+population --pick mean` gives the ablation's paired difference against the full population.
+
 Writes OUT/<label>-s<seed>/ (the runs, with <label>-s<seed>.log beside them), OUT/heldout.jsonl,
 OUT/scores/ (one `popula eval --json` report per model), and to DOCS (default OUT/docs):
 README.md (pass@1 and pass@k, mean and spread over seeds, per task type), PNG plots of every
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -126,6 +133,10 @@ def main() -> None:
     parser.add_argument("--single-config", type=Path, default=RUNS["single"],
                         help="the single agent's config, the population's with one adapter (default "
                              "configs/single-agent.yaml; configs/smollm2-single.yaml beside configs/smollm2-cpu.yaml)")
+    parser.add_argument("--reuse-single", type=Path, default=None, metavar="DIR",
+                        help="take the single agent's runs and scores from an earlier learning.py output on the "
+                             "same held-out set, neither trained nor scored again: an ablation of the population "
+                             "alone (compare the two folders with benchmarks/compare_learning.py --pick mean)")
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="config override applied to every run (e.g. base_model=DIR)")
     args = parser.parse_args()
@@ -151,7 +162,10 @@ def main() -> None:
         write_jsonl(heldout, [t.to_json() for t in tasks])
 
     run_dirs = {(label, seed): args.out / f"{label}-s{seed}" for seed in args.seeds for label in RUNS}
-    run_all([_train_job(args, label, seed, d) for (label, seed), d in run_dirs.items()], args.jobs)
+    if args.reuse_single is not None:
+        run_dirs.update(_reuse_single(args, heldout))
+    run_all([_train_job(args, label, seed, d) for (label, seed), d in run_dirs.items()
+             if not (label == "single" and args.reuse_single)], args.jobs)
     curves = {label: [read_metrics(run_dirs[label, seed] / "metrics.jsonl") for seed in args.seeds] for label in RUNS}
 
     base_model = _base_model(run_dirs[next(iter(run_dirs))])
@@ -176,6 +190,37 @@ def main() -> None:
     (docs / "README.md").write_text(_readme(args, table, sys.argv))
     print(table)
     print(json.dumps(summary))
+
+
+def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, int], Path]:
+    """The earlier output's single-agent runs, its scores of them and of the base copied into OUT/scores.
+
+    Refused unless it scored the very held-out tasks this benchmark does: a paired difference
+    over different tasks would mix the models' quality with the tasks' difficulty.
+    """
+    source = args.reuse_single
+    if not (source / "heldout.jsonl").is_file() or (source / "heldout.jsonl").read_bytes() != heldout.read_bytes():
+        raise SystemExit(f"--reuse-single {source}: its heldout.jsonl is missing or differs from {heldout} "
+                         "(use the same --heldout and --heldout-seed)")
+    try:
+        base = json.loads((source / "scores" / "base.json").read_text())
+    except (OSError, ValueError):
+        raise SystemExit(f"--reuse-single {source}: no readable scores/base.json (finish that benchmark first)") from None
+    measured = {key: base.get(key) for key in ("samples", "temperature", "max_tokens")}
+    if measured != {"samples": args.samples, "temperature": args.temperature, "max_tokens": args.max_tokens}:
+        raise SystemExit(f"--reuse-single {source}: it scored with {measured}; pass the same --samples, "
+                         "--temperature and --max-tokens")
+    runs = {("single", seed): source / f"single-s{seed}" for seed in args.seeds}
+    for run_dir in runs.values():
+        if not (run_dir / "league.json").is_file():
+            raise SystemExit(f"--reuse-single {source}: no finished single-agent run {run_dir}")
+    scores = args.out / "scores"
+    scores.mkdir(exist_ok=True)
+    for path in (source / "scores").glob("*.json"):
+        reusable = path.name.removeprefix("humaneval-")
+        if (reusable == "base.json" or reusable.startswith("single-")) and not (scores / path.name).exists():
+            shutil.copyfile(path, scores / path.name)
+    return runs
 
 
 def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -> Job:

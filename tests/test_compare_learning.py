@@ -46,6 +46,24 @@ def test_each_setting_is_judged_by_its_best_rated_student_on_the_same_tasks(tmp_
     assert figures["pass@1 A - base"]["mean"] == 1 - 1 / 8
 
 
+def test_an_ablation_is_judged_by_the_population_mean_and_its_weakest(tmp_path):
+    a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 4}, "S1": {"t1": 0, "t2": 0}}, best="S0")
+    b = folder(tmp_path / "b", {"S0": {"t1": 4, "t2": 4}, "S1": {"t1": 2, "t2": 2}}, best="S0")
+
+    def figures(pick: str) -> dict:
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(b),
+                               "--seeds", "0", "--labels", "population", "--pick", pick],
+                              capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])["results"]["population"]
+
+    assert figures("best")["pass@1 A - B"]["mean"] == 0.0  # both pick S0: the ablation's loss is hidden
+    mean = figures("mean")
+    assert mean["pass@1 A - B"]["mean"] == -0.25  # 0.5 against 0.75
+    assert mean["pass@k A - B"]["mean"] == -0.5  # S1 of A never solves; S1 of B solves at least once
+    assert mean["pass@1 B - base"]["mean"] == 0.75 - 1 / 8
+    assert figures("weakest")["pass@1 A - B"]["mean"] == -0.5  # S1 against S1: 0 against 0.5
+
+
 def test_a_missing_score_is_a_clear_error_naming_the_command(tmp_path):
     a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 4}}, best="S0")
     (a / "scores" / "population-s0-S0.json").unlink()

@@ -101,3 +101,29 @@ def test_a_ranking_signal_is_scored_against_held_out_and_against_the_held_out_se
     assert row["exam"] == pytest.approx(0.5)
     assert row["split_half"] == pytest.approx(1.0)
     assert row["spread"]["strongest_minus_weakest"] == pytest.approx(1.0) and row["spread"]["se"] == 0.0
+
+
+def test_an_ablation_reuses_the_single_agent_scored_on_the_same_tasks(tmp_path):
+    earlier, out = tmp_path / "earlier", tmp_path / "out"
+    for folder in (earlier, out):
+        folder.mkdir()
+        (folder / "heldout.jsonl").write_text('{"id": "t1"}\n')
+    run_dir(earlier, "single-s0", {"S0": 25.0})
+    (earlier / "scores").mkdir()
+    base = {**report({"t1": 1}), "samples": 4, "temperature": 0.8, "max_tokens": 96}
+    for name, data in {"base.json": base, "single-s0-S0.json": report({"t1": 2}),
+                       "humaneval-single-s0-S0.json": report({"h1": 1}), "population-s0-S1.json": report({"t1": 0})}.items():
+        (earlier / "scores" / name).write_text(json.dumps(data))
+    args = argparse.Namespace(seeds=[0], out=out, reuse_single=earlier, samples=4, temperature=0.8, max_tokens=96)
+
+    runs = learning._reuse_single(args, out / "heldout.jsonl")
+
+    assert runs == {("single", 0): earlier / "single-s0"}
+    assert sorted(p.name for p in (out / "scores").iterdir()) == [
+        "base.json", "humaneval-single-s0-S0.json", "single-s0-S0.json"]  # never the earlier population's
+
+    with pytest.raises(SystemExit, match="--max-tokens"):
+        learning._reuse_single(argparse.Namespace(**{**vars(args), "max_tokens": 128}), out / "heldout.jsonl")
+    (out / "heldout.jsonl").write_text('{"id": "t2"}\n')
+    with pytest.raises(SystemExit, match="differs"):
+        learning._reuse_single(args, out / "heldout.jsonl")
