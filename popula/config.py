@@ -156,6 +156,16 @@ class LearnerConfig(_Section):
                                "whole next-token distribution): holds the answers' spread as pass@1 rises, so groups "
                                "keep a signal and pass@k is not traded for pass@1. 0: off"
     )
+    student_target_entropy: float | None = Field(
+        None, gt=0, description="steer each student's entropy coefficient, starting from student_entropy_coef, "
+                                "towards answers of this entropy (nats per token, the run's student_entropy): "
+                                "after each step it is multiplied by exp(student_entropy_rate * (target - entropy) "
+                                "/ target), within [1e-4, 1]. A fixed coefficient that holds the spread early "
+                                "loses it later (popula.learner.entropy_control). None: the coefficient is fixed"
+    )
+    student_entropy_rate: float = Field(0.1, gt=0, description="how fast a steered entropy coefficient moves: each "
+                                                                "step its log moves by this times the relative "
+                                                                "error (target - entropy) / target")
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
                             "(dr_grpo), or for the best of pass_k answers (passk; on the tiny base it learns less and "
@@ -195,13 +205,16 @@ class LearnerConfig(_Section):
                                                            "the (tokens x vocabulary) logits never exist at once; "
                                                            "None: full logits")
 
+    @model_validator(mode="after")
+    def _steering_starts_somewhere(self) -> "LearnerConfig":
+        if self.student_target_entropy is not None and self.student_entropy_coef <= 0:
+            raise ValueError("student_target_entropy steers the entropy coefficient from student_entropy_coef, "
+                             "which must then be > 0 (e.g. 0.01)")
+        return self
+
     def kl_coef_for(self, role: str) -> float:
         """The KL coefficient of a rollout of `role` ("teacher" or "student")."""
         return self.student_kl_coef if role == "student" and self.student_kl_coef is not None else self.kl_coef
-
-    def entropy_coef_for(self, role: str) -> float:
-        """The entropy bonus of a rollout of `role`: the students' answers only."""
-        return self.student_entropy_coef if role == "student" else 0.0
 
     @property
     def uses_kl(self) -> bool:

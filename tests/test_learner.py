@@ -457,6 +457,24 @@ def teacher_and_student_rollouts(advantages: list[float]) -> list[Rollout]:
     return rollouts
 
 
+def test_a_steered_entropy_coefficient_follows_each_students_answers_and_survives_a_resume():
+    """The step uses the coefficient steered so far, then steers it by this step's answers
+    (sampled -log p about 4.6 here, far above a target of 1.0: the bonus shrinks); teachers get none."""
+    cfg = plain_learner(student_entropy_coef=0.1, student_target_entropy=1.0, student_entropy_rate=0.1)
+    learner = learner_with(cfg)
+    rollouts = teacher_and_student_rollouts([1.0, -1.0])
+    first = learner.step(rollouts)["adapters"]
+    assert first["S"]["entropy_coef"] == 0.1 and first["T"]["entropy_coef"] == 0.0
+    steered = 0.1 * math.exp(0.1 * (1.0 - first["S"]["entropy"]) / 1.0)
+    assert learner.step(rollouts)["adapters"]["S"]["entropy_coef"] == pytest.approx(steered)
+
+    resumed = learner_with(cfg)
+    resumed.load_state_dict(learner.state_dict())
+    assert resumed.entropy.coef("S") == pytest.approx(learner.entropy.coef("S"))
+    learner.remove_adapter("S")
+    assert learner.entropy.state_dict() == {}
+
+
 def test_student_rollouts_take_the_student_kl_coefficient_and_teacher_rollouts_the_shared_one():
     rollouts = teacher_and_student_rollouts([1.0, -0.5, 0.25, -1.0])
     mixed = learner_with(plain_learner(kl_coef=0.05, student_kl_coef=0.5)).gradients(rollouts)

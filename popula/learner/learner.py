@@ -61,6 +61,7 @@ from torch import nn
 from popula.config import LearnerConfig, LoraConfig
 from popula.errors import PopulaError
 from popula.learner.advantages import EmaBaseline, compute_advantages
+from popula.learner.entropy_control import EntropyControl
 from popula.learner.objective import clipped_token_loss, selected_logprobs, token_entropy, token_logprobs
 from popula.learner.optimizer import PopulationOptimizer
 from popula.learner.packing import pack_prompts, pack_rows, packed_length
@@ -86,7 +87,7 @@ class _Rows:
     advantage: list[float]
     temperature: list[float]
     kl_coef: list[float]  # learner.kl_coef_for(the rollout's role)
-    entropy_coef: list[float]  # learner.entropy_coef_for(the rollout's role)
+    entropy_coef: list[float]  # the student's EntropyControl coefficient; 0 for a teacher's rollout
     adapter: list[str]
     slot: list[int]
     versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
@@ -179,6 +180,7 @@ class PopulationLearner:
         self._tokens: dict[str, int] = {}
         self._next_token = 0
         self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
+        self.entropy = EntropyControl(cfg.student_entropy_coef, cfg.student_target_entropy, cfg.student_entropy_rate)
         self.share_prompts = cfg.share_prompts and _takes_4d_mask(model)
         self.logit_chunk = cfg.logit_chunk if _plain_lm_head(model) else None
         self._recompute = decoder_layers(model) if cfg.activation_checkpointing else None
@@ -213,6 +215,7 @@ class PopulationLearner:
             p.grad = None
         self.model.clear_slot(slot)
         self._optimizer.forget(self.model.slot_parameters(slot))
+        self.entropy.forget(name)
         del self._slot[name], self._updates[name], self._tokens[name]
 
     def replace_adapter(self, name: str, state_dict: Mapping[str, torch.Tensor], *,
@@ -246,13 +249,14 @@ class PopulationLearner:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs: every adapter's weights, optimiser state and update count,
-        and the teachers' running baselines."""
+        the teachers' running baselines and the students' steered entropy coefficients."""
         return {
             "format": STATE_FORMAT,
             "lora": {"rank": self.lora.rank, "alpha": self.lora.alpha, "target_modules": list(self.lora.target_modules)},
             "adapters": {n: {"weights": self.adapter_state(n), "optimizer": self.optimizer_state(n),
                              "updates": self._updates[n]} for n in self.adapters},
             "ema": self.ema.state_dict(),
+            "entropy_coef": self.entropy.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -271,6 +275,7 @@ class PopulationLearner:
             self.add_adapter(name, entry["weights"], entry["optimizer"])
             self._updates[name] = int(entry["updates"])
         self.ema.load_state_dict(state["ema"])
+        self.entropy.load_state_dict(state.get("entropy_coef", {}))  # absent before the coefficient was steered
 
     # -- training ------------------------------------------------------------------------------
 
@@ -282,8 +287,9 @@ class PopulationLearner:
         wrong weights shows here even when the token-weighted mean hides it),
         `clip_fraction`, `is_truncated`, `skipped`, `signal_rows`: the rows with a gradient, the only ones
         the learner runs) and per adapter (`adapters[name]`: loss, logprob_gap (over the rows run),
-        clip_fraction, is_truncated, entropy (the sampled tokens' mean -log p), grad_norm, tokens, rows, advantage_mean, versions, kl when
-        measured). An adapter whose loss or gradient is NaN/inf is not updated (weights and
+        clip_fraction, is_truncated, entropy (the sampled tokens' mean -log p), grad_norm, entropy_coef (the
+        bonus on its answers this step), tokens, rows, advantage_mean, versions, kl when measured). Then each
+        student's entropy coefficient is steered by this step's entropy (`EntropyControl`). An adapter whose loss or gradient is NaN/inf is not updated (weights and
         optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
         """
         rows = self._prepare(rollouts, self.ema)
@@ -324,7 +330,19 @@ class PopulationLearner:
         for name, reason in sorted(skipped.items()):
             warnings.warn(f"learner: skipped the update of adapter {name!r}: {reason}; its weights are unchanged",
                           NonFiniteUpdateWarning, stacklevel=2)
+        self._steer_entropy(rows)
         return stats.report(rows, sorted(skipped), batches)
+
+    def _steer_entropy(self, rows: _Rows) -> None:
+        """Tell the entropy control each student's answer entropy this step (sampled tokens' mean -log p)."""
+        nll: dict[str, float] = defaultdict(float)
+        tokens: dict[str, int] = defaultdict(int)
+        for name, coef, logprobs in zip(rows.adapter, rows.entropy_coef, rows.sampler_logprobs):
+            if coef > 0:  # a student's answer
+                nll[name] -= sum(logprobs)
+                tokens[name] += len(logprobs)
+        for name in nll:
+            self.entropy.observe(name, nll[name] / tokens[name])
 
     def gradients(self, rollouts: Sequence[Rollout]) -> dict[str, dict[str, torch.Tensor]]:
         """The loss gradient of every adapter in `rollouts`, PEFT-keyed, without updating anything.
@@ -393,7 +411,7 @@ class PopulationLearner:
             rows.advantage.append(adv)
             rows.temperature.append(r.temperature)
             rows.kl_coef.append(self.cfg.kl_coef_for(r.role))
-            rows.entropy_coef.append(self.cfg.entropy_coef_for(r.role))
+            rows.entropy_coef.append(self.entropy.coef(r.adapter) if r.role == "student" else 0.0)
             rows.adapter.append(r.adapter)
             rows.slot.append(self._slot[r.adapter])
         for r in rollouts:
@@ -721,10 +739,12 @@ class _Stats:
         tokens: dict[str, int] = defaultdict(int)
         count: dict[str, int] = defaultdict(int)
         adv: dict[str, float] = defaultdict(float)
-        for name, m, a in zip(rows.adapter, rows.completion_len, rows.advantage):
+        bonus: dict[str, float] = defaultdict(float)
+        for name, m, a, e in zip(rows.adapter, rows.completion_len, rows.advantage, rows.entropy_coef):
             tokens[name] += m
             count[name] += 1
             adv[name] += a
+            bonus[name] = max(bonus[name], e)
         per = {}
         for name in sorted(tokens):
             n, measured = tokens[name], self.measured[name]
@@ -739,6 +759,7 @@ class _Stats:
                 # collapse onto one way of writing them (falling pass@k) shows it here first
                 "entropy": _finite(self.nll[name] / n),
                 "grad_norm": _finite(self.grad_norm.get(name)),
+                "entropy_coef": bonus[name],  # the bonus on its answers' entropy this step (0: a teacher)
                 "tokens": n,
                 "rows": count[name],
                 "advantage_mean": adv[name] / count[name],

@@ -1,0 +1,81 @@
+"""Specification of the students' entropy coefficient: fixed, or steered towards a target entropy.
+
+Steered, a student's coefficient grows while its answers are narrower than the target and
+shrinks while they are wider, by exp(rate * (target - H) / target) a step, within [FLOOR,
+CEILING]; a newcomer (an evolution child) starts where the population's coefficients are; a
+resume carries every coefficient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from popula.config import load_config
+from popula.errors import PopulaError
+from popula.learner.entropy_control import CEILING, FLOOR, EntropyControl
+
+
+def test_without_a_target_every_student_keeps_the_configured_coefficient():
+    control = EntropyControl(initial=0.01)
+    control.observe("S0", entropy=0.01)
+    assert control.coef("S0") == control.coef("S1") == 0.01
+    assert control.state_dict() == {}
+
+
+def test_a_student_narrower_than_the_target_gets_a_larger_bonus_and_a_wider_one_a_smaller():
+    def after_one_step(entropy: float) -> float:
+        control = EntropyControl(initial=0.01, target=0.4, rate=0.1)
+        control.observe("S0", entropy)
+        return control.coef("S0")
+
+    assert after_one_step(0.2) == pytest.approx(0.01 * math.exp(0.1 * 0.5))
+    assert after_one_step(0.8) == pytest.approx(0.01 * math.exp(-0.1))
+    assert after_one_step(0.4) == pytest.approx(0.01)
+
+
+def test_a_collapsed_student_is_pushed_harder_every_step_but_never_past_the_ceiling():
+    control = EntropyControl(initial=0.01, target=0.4, rate=0.5)
+    seen = []
+    for _ in range(40):
+        control.observe("S0", entropy=0.0)
+        seen.append(control.coef("S0"))
+    assert seen == sorted(seen) and seen[0] > 0.01
+    assert seen[-1] == CEILING
+
+
+def test_a_student_far_above_the_target_keeps_a_floor_to_come_back_from():
+    control = EntropyControl(initial=0.01, target=0.1, rate=1.0)
+    control.observe("S0", entropy=5.0)
+    assert control.coef("S0") == FLOOR
+
+
+def test_a_newcomer_starts_at_the_geometric_mean_of_the_steered_coefficients():
+    control = EntropyControl(initial=0.01, target=0.4, rate=0.1)
+    assert control.coef("child") == 0.01  # nobody steered yet: the configured start
+    control.load_state_dict({"S0": 0.01, "S1": 0.04})
+    assert control.coef("child") == pytest.approx(0.02)
+    control.forget("S1")
+    assert control.coef("child") == pytest.approx(0.01)
+
+
+def test_the_coefficients_round_trip_through_the_state_dict():
+    control = EntropyControl(initial=0.01, target=0.4)
+    control.observe("S0", entropy=0.1)
+    restored = EntropyControl(initial=0.01, target=0.4)
+    restored.load_state_dict(control.state_dict())
+    assert restored.coef("S0") == control.coef("S0") != 0.01
+
+
+def test_a_non_finite_entropy_steers_nothing():
+    control = EntropyControl(initial=0.01, target=0.4)
+    control.observe("S0", entropy=float("nan"))
+    assert control.state_dict() == {}
+
+
+def test_a_target_without_a_starting_coefficient_is_a_config_error():
+    with pytest.raises(PopulaError, match="student_entropy_coef"):
+        load_config(None, ["learner.student_target_entropy=0.4"])
+    cfg = load_config(None, ["learner.student_target_entropy=0.4", "learner.student_entropy_coef=0.01"])
+    assert cfg.learner.student_target_entropy == 0.4
