@@ -61,6 +61,7 @@ from popula.league import League  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.apps.targets import best_student  # noqa: E402
+from popula.config import load_config  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,8 +196,10 @@ def main() -> None:
 def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, int], Path]:
     """The earlier output's single-agent runs, its scores of them and of the base copied into OUT/scores.
 
-    Refused unless it scored the very held-out tasks this benchmark does: a paired difference
-    over different tasks would mix the models' quality with the tasks' difficulty.
+    Refused unless it scored the very held-out tasks this benchmark does, with the same sampling,
+    on the base model this benchmark's population trains: a paired difference over different
+    tasks or bases would mix the models' quality with the tasks' difficulty. HumanEval scores
+    made with another token limit are left behind, so they are scored again.
     """
     source = args.reuse_single
     if not (source / "heldout.jsonl").is_file() or (source / "heldout.jsonl").read_bytes() != heldout.read_bytes():
@@ -206,6 +209,10 @@ def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, in
         base = json.loads((source / "scores" / "base.json").read_text())
     except (OSError, ValueError):
         raise SystemExit(f"--reuse-single {source}: no readable scores/base.json (finish that benchmark first)") from None
+    configured = load_config(RUNS["population"], args.overrides).base_model
+    if base.get("model") != configured:
+        raise SystemExit(f"--reuse-single {source}: its runs are of base model {base.get('model')!r}, this "
+                         f"population's is {configured!r}")
     measured = {key: base.get(key) for key in ("samples", "temperature", "max_tokens")}
     if measured != {"samples": args.samples, "temperature": args.temperature, "max_tokens": args.max_tokens}:
         raise SystemExit(f"--reuse-single {source}: it scored with {measured}; pass the same --samples, "
@@ -218,9 +225,17 @@ def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, in
     scores.mkdir(exist_ok=True)
     for path in (source / "scores").glob("*.json"):
         reusable = path.name.removeprefix("humaneval-")
-        if (reusable == "base.json" or reusable.startswith("single-")) and not (scores / path.name).exists():
+        if (reusable == "base.json" or reusable.startswith("single-")) and not (scores / path.name).exists() \
+                and (reusable == path.name or _max_tokens(path) == args.humaneval_max_tokens):
             shutil.copyfile(path, scores / path.name)
     return runs
+
+
+def _max_tokens(report: Path) -> int | None:
+    try:
+        return json.loads(report.read_text()).get("max_tokens")
+    except (OSError, ValueError):
+        return None
 
 
 def _train_job(args: argparse.Namespace, label: str, seed: int, run_dir: Path) -> Job:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from popula.config import load_config
 from popula.eval.evaluate import TaskScore
 from popula.league import League
 
@@ -110,20 +111,28 @@ def test_an_ablation_reuses_the_single_agent_scored_on_the_same_tasks(tmp_path):
         (folder / "heldout.jsonl").write_text('{"id": "t1"}\n')
     run_dir(earlier, "single-s0", {"S0": 25.0})
     (earlier / "scores").mkdir()
-    base = {**report({"t1": 1}), "samples": 4, "temperature": 0.8, "max_tokens": 96}
+    tiny = load_config(learning.RUNS["population"]).base_model
+    base = {**report({"t1": 1}), "model": tiny, "samples": 4, "temperature": 0.8, "max_tokens": 96}
+    humaneval = {**report({"h1": 1}), "max_tokens": 256}
     for name, data in {"base.json": base, "single-s0-S0.json": report({"t1": 2}),
-                       "humaneval-single-s0-S0.json": report({"h1": 1}), "population-s0-S1.json": report({"t1": 0})}.items():
+                       "humaneval-single-s0-S0.json": humaneval, "humaneval-base.json": {**humaneval, "max_tokens": 128},
+                       "population-s0-S1.json": report({"t1": 0})}.items():
         (earlier / "scores" / name).write_text(json.dumps(data))
-    args = argparse.Namespace(seeds=[0], out=out, reuse_single=earlier, samples=4, temperature=0.8, max_tokens=96)
+    args = argparse.Namespace(seeds=[0], out=out, reuse_single=earlier, samples=4, temperature=0.8, max_tokens=96,
+                              humaneval_max_tokens=256, overrides=[])
 
     runs = learning._reuse_single(args, out / "heldout.jsonl")
 
     assert runs == {("single", 0): earlier / "single-s0"}
     assert sorted(p.name for p in (out / "scores").iterdir()) == [
-        "base.json", "humaneval-single-s0-S0.json", "single-s0-S0.json"]  # never the earlier population's
+        "base.json", "humaneval-single-s0-S0.json", "single-s0-S0.json"]  # never the earlier population's,
+    # nor a HumanEval score made with another token limit (it is scored again)
 
     with pytest.raises(SystemExit, match="--max-tokens"):
         learning._reuse_single(argparse.Namespace(**{**vars(args), "max_tokens": 128}), out / "heldout.jsonl")
+    with pytest.raises(SystemExit, match="base model"):
+        learning._reuse_single(argparse.Namespace(**{**vars(args), "overrides": ["base_model=other"]}),
+                               out / "heldout.jsonl")
     (out / "heldout.jsonl").write_text('{"id": "t2"}\n')
     with pytest.raises(SystemExit, match="differs"):
         learning._reuse_single(args, out / "heldout.jsonl")
