@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from popula.adapters.ref import AdapterRef
 from popula.engines.base import Sample
 from popula.records import TaskRecord, VerifyResult
@@ -53,6 +55,13 @@ def test_student_entropy_is_the_mean_negative_log_prob_over_every_answer_token()
     assert sampled_entropy(answers) == (0.5 + 1.0 + 1.5 + 3.0) / 4  # token-weighted, not a mean of answers
     assert sampled_entropy([]) is None
     assert row(proposal(SHALLOW, True))["student_entropy"] is None  # a step no student answered
+
+
+def test_the_students_entropy_bonus_is_their_mean_coefficient_and_absent_without_one():
+    learn = {"adapters": {"T0": {"entropy_coef": 0.0}, "S0": {"entropy_coef": 0.01}, "S1": {"entropy_coef": 0.03}}}
+    game = StepGame([proposal(SHALLOW, True)], [])
+    assert step_row(1, game, learn, [], wall_s=0.0, phases={})["student_entropy_coef"] == pytest.approx(0.02)
+    assert row(proposal(SHALLOW, True))["student_entropy_coef"] is None
 
 
 def test_completion_lengths_say_how_long_each_role_writes_and_how_often_it_hits_its_cap():

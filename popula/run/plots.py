@@ -22,6 +22,7 @@ FIGURES: dict[str, str] = {
     "n_vars": "distinct variables",
     "distinct_forms": "distinct program forms among valid tasks",
     "student_entropy": "student entropy (answer tokens' mean -log p)",
+    "student_entropy_coef": "students' entropy bonus (mean coefficient)",
     "signal_groups": "student groups with a signal (rewards differ)",
 }
 

@@ -79,6 +79,9 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "signal_groups": _mean([float(len(set(r)) > 1) for r in group_rewards(attempts).values()]),
         "resampled_groups": game.resampled,
         "student_entropy": sampled_entropy([a.sample for a in attempts]),
+        # the students' mean entropy bonus this step: fixed, or steered (popula.learner.entropy_control)
+        "student_entropy_coef": _mean([a["entropy_coef"] for a in learn.get("adapters", {}).values()
+                                       if a.get("entropy_coef", 0.0) > 0]),
         "tasks_by_type": dict(Counter(p.task_type for p in valid)),
         "ast_depth": _mean([c.ast_depth for c in complexity]),
         "cyclomatic": _mean([c.cyclomatic for c in complexity]),
