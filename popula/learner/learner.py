@@ -288,9 +288,10 @@ class PopulationLearner:
         `clip_fraction`, `is_truncated`, `skipped`, `signal_rows`: the rows with a gradient, the only ones
         the learner runs) and per adapter (`adapters[name]`: loss, logprob_gap (over the rows run),
         clip_fraction, is_truncated, entropy (the sampled tokens' mean -log p), grad_norm, entropy_coef (the
-        bonus on its answers this step), tokens, rows, advantage_mean, versions, kl when measured). Then each
-        student's entropy coefficient is steered by this step's entropy (`EntropyControl`). An adapter whose loss or gradient is NaN/inf is not updated (weights and
-        optimiser untouched), listed in `skipped`, and a NonFiniteUpdateWarning is issued.
+        bonus on its answers this step), tokens, rows, advantage_mean, versions, kl when measured). An
+        adapter whose loss or gradient is NaN/inf is not updated (weights and optimiser untouched), listed
+        in `skipped`, and a NonFiniteUpdateWarning is issued. Last, each student's entropy coefficient is
+        steered by this step's entropy (`EntropyControl`).
         """
         rows = self._prepare(rollouts, self.ema)
         stats = _Stats()
