@@ -160,12 +160,17 @@ class LearnerConfig(_Section):
         None, gt=0, description="steer each student's entropy coefficient, starting from student_entropy_coef, "
                                 "towards answers of this entropy (nats per token, the run's student_entropy): "
                                 "after each step it is multiplied by exp(student_entropy_rate * (target - entropy) "
-                                "/ target), within [1e-4, 1]. A fixed coefficient that holds the spread early "
+                                "/ target), within [1e-4, student_entropy_coef_max]. A fixed coefficient that holds the spread early "
                                 "loses it later (popula.learner.entropy_control). None: the coefficient is fixed"
     )
     student_entropy_rate: float = Field(0.1, gt=0, description="how fast a steered entropy coefficient moves: each "
                                                                 "step its log moves by this times the relative "
                                                                 "error (target - entropy) / target")
+    student_entropy_coef_max: float = Field(
+        0.05, gt=0, description="the most a steered entropy coefficient reaches: the answers' entropy follows the "
+                                "bonus tens of steps late, and unbounded the rule winds up (on SmolLM2 a coefficient "
+                                "of 0.5 blew the entropy up to three times its start: docs/results/smollm2-ladder)"
+    )
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
                             "(dr_grpo), or for the best of pass_k answers (passk; on the tiny base it learns less and "
@@ -207,9 +212,9 @@ class LearnerConfig(_Section):
 
     @model_validator(mode="after")
     def _steering_starts_somewhere(self) -> "LearnerConfig":
-        if self.student_target_entropy is not None and self.student_entropy_coef <= 0:
+        if self.student_target_entropy is not None and not 0 < self.student_entropy_coef <= self.student_entropy_coef_max:
             raise ValueError("student_target_entropy steers the entropy coefficient from student_entropy_coef, "
-                             "which must then be > 0 (e.g. 0.01)")
+                             "which must then be > 0 (e.g. 0.01) and at most student_entropy_coef_max")
         return self
 
     def kl_coef_for(self, role: str) -> float:

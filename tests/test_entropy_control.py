@@ -2,7 +2,7 @@
 
 Steered, a student's coefficient grows while its answers are narrower than the target and
 shrinks while they are wider, by exp(rate * (target - H) / target) a step, within [FLOOR,
-CEILING]; a newcomer (an evolution child) starts where the population's coefficients are; a
+ceiling]; a newcomer (an evolution child) starts where the population's coefficients are; a
 resume carries every coefficient.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from popula.config import load_config
 from popula.errors import PopulaError
-from popula.learner.entropy_control import CEILING, FLOOR, EntropyControl
+from popula.learner.entropy_control import FLOOR, EntropyControl
 
 
 def test_without_a_target_every_student_keeps_the_configured_coefficient():
@@ -36,13 +36,13 @@ def test_a_student_narrower_than_the_target_gets_a_larger_bonus_and_a_wider_one_
 
 
 def test_a_collapsed_student_is_pushed_harder_every_step_but_never_past_the_ceiling():
-    control = EntropyControl(initial=0.01, target=0.4, rate=0.5)
+    control = EntropyControl(initial=0.01, target=0.4, rate=0.5, ceiling=0.05)
     seen = []
     for _ in range(40):
         control.observe("S0", entropy=0.0)
         seen.append(control.coef("S0"))
     assert seen == sorted(seen) and seen[0] > 0.01
-    assert seen[-1] == CEILING
+    assert seen[-1] == 0.05
 
 
 def test_a_student_far_above_the_target_keeps_a_floor_to_come_back_from():
@@ -74,8 +74,10 @@ def test_a_non_finite_entropy_steers_nothing():
     assert control.state_dict() == {}
 
 
-def test_a_target_without_a_starting_coefficient_is_a_config_error():
+def test_a_target_needs_a_starting_coefficient_no_higher_than_the_ceiling():
     with pytest.raises(PopulaError, match="student_entropy_coef"):
         load_config(None, ["learner.student_target_entropy=0.4"])
+    with pytest.raises(PopulaError, match="student_entropy_coef_max"):
+        load_config(None, ["learner.student_target_entropy=0.4", "learner.student_entropy_coef=0.1"])
     cfg = load_config(None, ["learner.student_target_entropy=0.4", "learner.student_entropy_coef=0.01"])
     assert cfg.learner.student_target_entropy == 0.4

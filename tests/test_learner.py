@@ -460,7 +460,8 @@ def teacher_and_student_rollouts(advantages: list[float]) -> list[Rollout]:
 def test_a_steered_entropy_coefficient_follows_each_students_answers_and_survives_a_resume():
     """The step uses the coefficient steered so far, then steers it by this step's answers
     (sampled -log p about 4.6 here, far above a target of 1.0: the bonus shrinks); teachers get none."""
-    cfg = plain_learner(student_entropy_coef=0.1, student_target_entropy=1.0, student_entropy_rate=0.1)
+    cfg = plain_learner(student_entropy_coef=0.1, student_target_entropy=1.0, student_entropy_rate=0.1,
+                        student_entropy_coef_max=0.2)
     learner = learner_with(cfg)
     rollouts = teacher_and_student_rollouts([1.0, -1.0])
     first = learner.step(rollouts)["adapters"]

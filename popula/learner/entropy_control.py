@@ -7,9 +7,11 @@ bonus does not. With `learner.student_target_entropy` the coefficient follows th
 as SAC's temperature does: after each step it is multiplied by exp(rate * (target - H) /
 target), H being the student's measured entropy that step (its answer tokens' mean -log p,
 the `student_entropy` the run reports), so it grows while the answers are narrower than the
-target and shrinks while they are wider. It stays within [FLOOR, CEILING]: the floor lets a
-coefficient that shrank come back within tens of steps, the ceiling keeps the bonus from
-outweighing the policy gradient.
+target and shrinks while they are wider. It stays within [FLOOR, ceiling]: the floor lets a
+coefficient that shrank come back within tens of steps; the ceiling (`learner.
+student_entropy_coef_max`) bounds the wind-up of a rule that reacts to an entropy which follows
+the bonus only tens of steps later: unbounded, a coefficient that climbed to 0.5 blew the
+answers' entropy up past its start (docs/results/smollm2-ladder, rung G).
 
 A student first seen (the first step, or an evolution child) starts at the geometric mean
 of the coefficients already steered, since a child is made of members' weights and has their
@@ -22,24 +24,24 @@ import math
 from collections.abc import Mapping
 
 FLOOR = 1e-4
-CEILING = 1.0
 
 
 class EntropyControl:
     """The entropy coefficient of each student adapter (teachers get none).
 
-        control = EntropyControl(initial=0.01, target=0.4, rate=0.1)
+        control = EntropyControl(initial=0.01, target=0.4, rate=0.1, ceiling=0.05)
         control.observe("S0", entropy=0.2)   # after a step: 0.2 is below 0.4, so S0's grows
         control.coef("S0")                   # 0.01 * exp(0.1 * 0.5)
 
     `target` None: every student's coefficient is `initial`, always.
     """
 
-    def __init__(self, initial: float, target: float | None = None, rate: float = 0.1) -> None:
-        if target is not None and not (initial > 0 and target > 0 and rate > 0):
-            raise ValueError(f"a steered entropy coefficient needs initial, target and rate > 0, "
-                             f"got {initial}, {target}, {rate}")
-        self.initial, self.target, self.rate = initial, target, rate
+    def __init__(self, initial: float, target: float | None = None, rate: float = 0.1,
+                 ceiling: float = 0.05) -> None:
+        if target is not None and not (0 < initial <= ceiling and target > 0 and rate > 0):
+            raise ValueError(f"a steered entropy coefficient needs 0 < initial <= ceiling, target and rate > 0, "
+                             f"got {initial}, {ceiling}, {target}, {rate}")
+        self.initial, self.target, self.rate, self.ceiling = initial, target, rate, ceiling
         self._coef: dict[str, float] = {}
 
     def coef(self, name: str) -> float:
@@ -53,7 +55,7 @@ class EntropyControl:
         if self.target is None or not math.isfinite(entropy):
             return
         step = self.rate * (self.target - entropy) / self.target
-        self._coef[name] = min(CEILING, max(FLOOR, self.coef(name) * math.exp(step)))
+        self._coef[name] = min(self.ceiling, max(FLOOR, self.coef(name) * math.exp(step)))
 
     def forget(self, name: str) -> None:
         """Drop `name` (removed from the learner)."""
