@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Draw one PNG per measure (solve rate, teacher reward, valid rate, AST depth, "
             "cyclomatic complexity, lines of code, variables, distinct program forms, student "
-            "entropy, groups with a signal) over steps. Give a population "
+            "entropy and its bonus, groups with a signal) over steps. Give a population "
             "run and a baseline run to compare them on the same axes. Works on a running run. "
             "With --eval, also draw held-out pass@1 per task type from `popula eval --json` "
             "reports side by side (heldout_pass_at_1.png); reports measured with other settings "
