@@ -160,8 +160,9 @@ class LearnerConfig(_Section):
         None, gt=0, description="steer each student's entropy coefficient, starting from student_entropy_coef, "
                                 "towards answers of this entropy (nats per token, the run's student_entropy): "
                                 "after each step it is multiplied by exp(student_entropy_rate * (target - entropy) "
-                                "/ target), within [1e-4, student_entropy_coef_max]. A fixed coefficient that holds the spread early "
-                                "loses it later (popula.learner.entropy_control). None: the coefficient is fixed"
+                                "/ target), within [1e-4, student_entropy_coef_max]. A fixed coefficient that "
+                                "holds the spread early loses it later (popula.learner.entropy_control). None: the "
+                                "coefficient is fixed"
     )
     student_entropy_rate: float = Field(0.1, gt=0, description="how fast a steered entropy coefficient moves: each "
                                                                 "step its log moves by this times the relative "
@@ -212,7 +213,8 @@ class LearnerConfig(_Section):
 
     @model_validator(mode="after")
     def _steering_starts_somewhere(self) -> "LearnerConfig":
-        if self.student_target_entropy is not None and not 0 < self.student_entropy_coef <= self.student_entropy_coef_max:
+        steered = self.student_target_entropy is not None
+        if steered and not 0 < self.student_entropy_coef <= self.student_entropy_coef_max:
             raise ValueError("student_target_entropy steers the entropy coefficient from student_entropy_coef, "
                              "which must then be > 0 (e.g. 0.01) and at most student_entropy_coef_max")
         return self

@@ -336,7 +336,10 @@ class PopulationLearner:
         return stats.report(rows, sorted(skipped), batches)
 
     def _steer_entropy(self, rows: _Rows) -> None:
-        """Tell the entropy control each student's answer entropy this step (sampled tokens' mean -log p)."""
+        """Tell the entropy control each student's answer entropy this step (sampled tokens' mean -log p);
+        a fixed coefficient needs no measurement, so none is made."""
+        if self.entropy.target is None:
+            return
         nll: dict[str, float] = defaultdict(float)
         tokens: dict[str, int] = defaultdict(int)
         for name, coef, logprobs in zip(rows.adapter, rows.entropy_coef, rows.sampler_logprobs):
