@@ -273,6 +273,13 @@ class RewardsConfig(_Section):
         description="fitness sharing: a valid task's teacher reward is divided by 1 + the tasks of its type with "
                     "the same program form among the step's other valid tasks and the newest N buffered ones "
                     "(popula/novelty.py); 0: off, the design's reward")
+    solvable_by: Literal["matched", "population"] = Field(
+        "matched",
+        description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "
+                    "the matched student's rollouts solves pays its teacher 0; 'population': the other live "
+                    "students answer it too (generation.rollouts each) and if any solves it, it pays 1. For "
+                    "students whose answers have collapsed (always right or always wrong on a task), under which "
+                    "every valid task pays 0; with one student it changes nothing")
 
 
 class RunConfig(_Section):

@@ -11,6 +11,12 @@ with student solve rate rho:
      1 - rho    otherwise: the harder the task for this student, the better, as long as
                 it is solvable at all
 
+With `rewards.solvable_by: population` (off by default) the zero floor asks the population,
+not one student: a task its matched student never solves is answered by the other live
+students too, and if any of them solves it, it is solvable and pays 1 - 0 = 1. Why: a
+student whose answers have collapsed solves each task always or never, so under the design
+every valid task pays 0 and teachers learn only validity (docs/results/smollm2-explore).
+
 With `rewards.novelty_window: N` (off by default) a valid task's reward is shared among its
 niche (fitness sharing, popula/novelty.py): divided by 1 + the tasks of its type with the same
 program form among the step's other valid tasks and the newest N buffered ones. A repeat pays
@@ -48,17 +54,20 @@ def solve_rate(correct: Sequence[bool]) -> float:
     return sum(bool(c) for c in correct) / len(correct)
 
 
-def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_TASK_REWARD) -> float:
+def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_TASK_REWARD,
+                   solvable: bool = False) -> float:
     """The teacher's reward for one task: `invalid` (-1) invalid, 0 unsolved, 1 - rho otherwise.
 
     `rho` may be None only for an invalid task (students never see those). `invalid` is
     `rewards.invalid_task` in the config: the design's -1 unless a run studies another.
+    `solvable`: another student solved the task (`rewards.solvable_by: population`), so a
+    rho of 0 is a hard task, not an impossible one, and pays 1 instead of the zero floor.
     """
     if not valid:
         return invalid
     if rho is None or math.isnan(rho) or not 0.0 <= rho <= 1.0:
         raise ValueError(f"a valid task needs a solve rate in [0, 1], got {rho!r}")
-    if rho == 0.0:
+    if rho == 0.0 and not solvable:
         return UNSOLVED_TASK_REWARD
     return 1.0 - rho
 

@@ -11,6 +11,9 @@ from popula.league import TaskResult, tally, task_point
         (TaskResult(valid=False), "student"),  # invalid: the teacher loses (reward -1)
         (TaskResult(valid=False, rho=1.0), "student"),  # ... whatever rho says
         (TaskResult(valid=True, rho=0.0), None),  # zero floor: no game, not a teacher win
+        (TaskResult(valid=True, rho=0.0, solvable=True), "teacher"),  # another student solved it: fair
+        (TaskResult(valid=True, rho=1.0, solvable=True), "student"),
+        (TaskResult(valid=False, solvable=True), "student"),
         (TaskResult(valid=True, rho=0.25), "teacher"),  # fair and mostly failed
         (TaskResult(valid=True, rho=0.5), "draw"),
         (TaskResult(valid=True, rho=0.75), "student"),  # solved in most rollouts

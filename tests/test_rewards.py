@@ -37,6 +37,16 @@ class TestTeacherReward:
     def test_hardest_solvable_task_earns_almost_one(self):
         assert teacher_reward(valid=True, rho=1 / 16) == pytest.approx(15 / 16)
 
+    def test_a_task_its_student_never_solves_but_another_does_earns_one(self):
+        assert teacher_reward(valid=True, rho=0.0, solvable=True) == 1.0
+
+    def test_another_students_solve_changes_nothing_the_matched_student_solved(self):
+        assert teacher_reward(valid=True, rho=0.25, solvable=True) == pytest.approx(0.75)
+        assert teacher_reward(valid=True, rho=1.0, solvable=True) == 0.0
+
+    def test_an_invalid_task_costs_its_penalty_however_solvable(self):
+        assert teacher_reward(valid=False, rho=None, solvable=True) == -1.0
+
     @pytest.mark.parametrize("rho", [None, -0.1, 1.5, math.nan])
     def test_valid_task_without_a_proper_solve_rate_is_a_bug(self, rho):
         with pytest.raises(ValueError):

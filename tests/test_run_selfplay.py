@@ -231,12 +231,13 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "generation.temperature=0.9",
                              "generation.teacher_temperature=0.7", "generation.top_p=0.95",
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
-                             "rewards.invalid_task=-0.5", "rewards.novelty_window=16"])
+                             "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
+                             "rewards.solvable_by=population"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
-        invalid_task_reward=-0.5, novelty_window=16, context=2048)
+        invalid_task_reward=-0.5, novelty_window=16, solvable_by="population", context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):
@@ -298,3 +299,58 @@ def test_a_group_judged_all_alike_is_answered_again_and_its_task_scored_on_all_a
 def test_a_group_whose_rewards_differ_is_not_answered_again(tmp_path, sandbox, tasks):
     game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1, resample_rollouts=4)
     assert game.resampled == 0 and len(game.attempts) == 3 * ROLLOUTS
+
+
+class Specialists(ScriptedPlayers):
+    """S0 answers every task wrongly, S1 rightly: a task S0 is matched with is hard, not impossible."""
+
+    def _complete(self, prompt: str, adapter: str, j: int) -> str:
+        if prompt.startswith("## propose") or adapter == "S0":
+            return super()._complete(prompt, adapter, j)
+        task = self.by_prompt[prompt]
+        truth = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task.type]
+        return self.fmt.answer_completion(task, truth)
+
+
+def test_by_default_a_task_its_matched_student_never_solves_pays_nothing_whoever_else_could(tmp_path, sandbox, tasks):
+    players = Specialists(tasks, byte_tokenizer(), right=0)
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0"), Match("T1", "S1")], right=0, players=players)
+    valid = [p for p in game.proposals if p.valid]
+    assert len(valid) == 3 and [p.reward for p in valid] == [0.0] * 3
+    assert game.checked == 0 and {a.student for a in game.attempts} == {"S0"}
+
+
+def test_a_task_another_student_solves_is_solvable_and_pays_its_teacher_one(tmp_path, sandbox, tasks):
+    players = Specialists(tasks, byte_tokenizer(), right=0)
+    matches = [Match("T0", "S0"), Match("T1", "S1")]
+    game = play(tmp_path, sandbox, tasks, matches, right=0, players=players, solvable_by="population")
+    valid = [p for p in game.proposals if p.valid]  # T0's three tasks; T1 writes garbage
+    assert game.checked == 3
+    for p in valid:
+        assert p.rhos == {"S0": 0.0} and p.checks == {"S1": 1.0} and p.solvable
+        assert p.reward == 1.0
+    # the league agrees with the reward: each task is a teacher point, and only the matched
+    # student's answers are rated
+    assert [(r.rho, r.solvable) for r in match_results(game, matches[0])] == [(0.0, True)] * 3
+    checks = [a for a in game.attempts if a.check]
+    assert len(checks) == 3 * ROLLOUTS and {a.student for a in checks} == {"S1"}
+    assert {a.reward for a in checks} == {1.0}  # the checking student learns from its answers too
+    seeds = [r.seed for r in players.requests if r.adapter.name in ("S0", "S1")]
+    assert len(seeds) == len(set(seeds)) == 6
+
+
+def test_only_tasks_no_matched_rollout_solved_are_checked(tmp_path, sandbox, tasks):
+    players = Specialists(tasks, byte_tokenizer(), right=0)
+    matches = [Match("T0", "S1"), Match("T1", "S0")]  # S1, who solves everything, is T0's match
+    game = play(tmp_path, sandbox, tasks, matches, right=0, players=players, solvable_by="population")
+    assert game.checked == 0 and not any(a.check for a in game.attempts)
+    assert [p.reward for p in game.proposals if p.valid] == [0.0] * 3  # always solved: 1 - 1
+
+
+def test_a_task_nobody_in_the_population_solves_still_pays_nothing(tmp_path, sandbox, tasks):
+    matches = [Match("T0", "S0"), Match("T1", "S1")]  # S0 always wrong, S1 never in format
+    game = play(tmp_path, sandbox, tasks, matches, right=0, solvable_by="population")
+    valid = [p for p in game.proposals if p.valid]
+    assert game.checked == 3 and all(p.checks == {"S1": 0.0} and not p.solvable for p in valid)
+    assert [p.reward for p in valid] == [0.0] * 3
+    assert [r.solvable for r in match_results(game, matches[0])] == [False] * 3

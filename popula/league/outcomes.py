@@ -39,11 +39,13 @@ class TaskResult:
     """What the verifier says about one task of a match.
 
     ``rho`` is the fraction of the student's rollouts that solved the task; it is only
-    meaningful (and required) for a valid task.
+    meaningful (and required) for a valid task. ``solvable``: another student solved it
+    (``rewards.solvable_by: population``), so rho = 0 is a fair task the student failed.
     """
 
     valid: bool
     rho: float | None = None
+    solvable: bool = False
 
     def __post_init__(self) -> None:
         if self.valid:
@@ -54,12 +56,12 @@ class TaskResult:
 
 
 def task_point(task: TaskResult) -> Side | None:
-    """The side one task counts for, or None for a zero-floor (rho = 0) task."""
+    """The side one task counts for, or None for a zero-floor task (rho = 0, solved by nobody)."""
     if not task.valid:
         return "student"
     rho = float(task.rho)  # type: ignore[arg-type]  # checked in TaskResult
     if rho == 0.0:
-        return None
+        return "teacher" if task.solvable else None
     if rho < 0.5:
         return "teacher"
     if rho == 0.5:

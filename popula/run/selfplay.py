@@ -44,6 +44,7 @@ class Proposal:
     task: TaskRecord | None  # None: no task could be parsed from the completion
     verdict: VerifyResult | None = None
     rhos: dict[str, float] = field(default_factory=dict)  # matched student -> solve rate
+    checks: dict[str, float] = field(default_factory=dict)  # another student -> solve rate (solvable_by)
     reward: float = 0.0
     reference_depth: float | None = None  # mean AST depth of the references it was shown
     niche: int = 1  # 1 + its form's copies in the step and the novelty window (popula.novelty)
@@ -51,6 +52,11 @@ class Proposal:
     @property
     def valid(self) -> bool:
         return self.verdict is not None and self.verdict.valid
+
+    @property
+    def solvable(self) -> bool:
+        """Another student solved it (`rewards.solvable_by: population`): its zero floor does not apply."""
+        return any(rho > 0 for rho in self.checks.values())
 
 
 def teacher_group(proposal: Proposal, *, by_lines: bool) -> str:
@@ -81,6 +87,7 @@ class Attempt:
     answer: str | None  # None: malformed, no answer could be parsed
     correct: bool | None = None
     reward: float = 0.0
+    check: bool = False  # answered by a student its teacher was not matched with (solvable_by)
 
 
 @dataclass
@@ -90,6 +97,7 @@ class StepGame:
     verify_s: float = 0.0
     verified: int = 0
     resampled: int = 0  # (task, student) groups answered again (PlaySettings.resample_rollouts)
+    checked: int = 0  # (task, other student) groups asked whether a task is solvable (solvable_by)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +116,7 @@ class PlaySettings:
     student_max_tokens: int
     invalid_task_reward: float = INVALID_TASK_REWARD  # rewards.invalid_task
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
+    solvable_by: str = "matched"  # rewards.solvable_by: who may show a task solvable
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
 
@@ -121,7 +130,7 @@ class PlaySettings:
                    teacher_temperature=gen.proposal_temperature, top_p=gen.top_p,
                    teacher_max_tokens=gen.teacher_max_tokens, student_max_tokens=gen.student_max_tokens,
                    invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
-                   context=context)
+                   solvable_by=rewards.solvable_by, context=context)
 
 
 class SelfPlay:
@@ -200,6 +209,15 @@ class SelfPlay:
             game.resampled = len(alike)
             game.attempts += self._answer(game, alike, prompt_of, adapters, s.resample_rollouts, seed, step,
                                           first_index=len(jobs))
+        if s.solvable_by == "population":
+            # (4c) a task its matched students never solved: can another student solve it?
+            students = sorted({m.student for m in matches})
+            solved = {a.proposal for a in game.attempts if a.correct}
+            checks = [(i, other) for i, p in enumerate(proposals) if p.valid and i not in solved
+                      for other in students if other not in students_of[p.teacher]]
+            game.checked = len(checks)
+            game.attempts += self._answer(game, checks, prompt_of, adapters, s.rollouts, seed, step,
+                                          first_index=len(jobs) + game.resampled, check=True)
         # such a task is invalid after all: its teacher gets the invalid reward, and no
         # student learns from answers it judged
         game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
@@ -209,10 +227,12 @@ class SelfPlay:
         return game
 
     def _answer(self, game: StepGame, jobs: list[tuple[int, str]], prompt_of: dict[int, list[int]],
-                adapters: dict[str, AdapterRef], n: int, seed: int, step: int, *, first_index: int) -> list[Attempt]:
+                adapters: dict[str, AdapterRef], n: int, seed: int, step: int, *, first_index: int,
+                check: bool = False) -> list[Attempt]:
         """`n` rollouts of each (task, student) in `jobs`, judged; request j's sampling seed is
         the step's student seed `first_index + j`. A task whose program answered differently
-        when judged gets that verdict (its attempts are dropped by the caller)."""
+        when judged gets that verdict (its attempts are dropped by the caller). `check`: the
+        students were not matched with the tasks' teachers (`Attempt.check`)."""
         s, proposals = self.settings, game.proposals
         requests = [
             GenerationRequest(prompt_ids=prompt_of[i], adapter=adapters[student], n=n, temperature=s.temperature,
@@ -224,7 +244,7 @@ class SelfPlay:
         for (i, student), result in zip(jobs, self.engine.generate(requests, progress=True) if requests else []):
             for sample in result.samples:
                 answer = self.fmt.parse_answer(sample.text, proposals[i].task_type)
-                attempts.append(Attempt(student, i, prompt_of[i], sample, adapters[student], answer))
+                attempts.append(Attempt(student, i, prompt_of[i], sample, adapters[student], answer, check=check))
         to_judge = [a for a in attempts if a.answer is not None]
         judged = []
         for a in to_judge:
@@ -260,16 +280,20 @@ def group_rewards(attempts: list[Attempt]) -> dict[tuple[int, str], list[float]]
 
 
 def _score(game: StepGame, invalid_task_reward: float) -> None:
-    """Solve rates per (task, student), then teacher and student rewards (docs/design.md § What the sources say)."""
-    by_pair: dict[tuple[int, str], list[bool]] = defaultdict(list)
+    """Solve rates per (task, student), then teacher and student rewards (docs/design.md § What the sources say).
+
+    A checking student's solve rate (`Attempt.check`) only decides whether a task is
+    solvable; its teacher is paid by the matched students' solve rates."""
+    by_pair: dict[tuple[int, str, bool], list[bool]] = defaultdict(list)
     for a in game.attempts:
         a.reward = student_reward(a.answer is not None, a.correct)
-        by_pair[(a.proposal, a.student)].append(bool(a.correct))
-    for (i, student), correct in by_pair.items():
-        game.proposals[i].rhos[student] = solve_rate(correct)
+        by_pair[(a.proposal, a.student, a.check)].append(bool(a.correct))
+    for (i, student, check), correct in by_pair.items():
+        (game.proposals[i].checks if check else game.proposals[i].rhos)[student] = solve_rate(correct)
     for p in game.proposals:
         if p.valid:
-            p.reward = float(np.mean([teacher_reward(True, rho) for rho in p.rhos.values()])) if p.rhos else 0.0
+            p.reward = float(np.mean([teacher_reward(True, rho, solvable=p.solvable) for rho in p.rhos.values()])) \
+                if p.rhos else 0.0
         else:
             p.reward = teacher_reward(False, None, invalid=invalid_task_reward)
 
@@ -292,7 +316,7 @@ def _share(game: StepGame, buffer: TaskBuffer, window: int) -> None:
 def match_results(game: StepGame, match: Match) -> list[TaskResult]:
     """What the league rates for one match: each of the teacher's tasks, valid or not."""
     return [
-        TaskResult(valid=p.valid, rho=p.rhos.get(match.student) if p.valid else None)
+        TaskResult(valid=p.valid, rho=p.rhos.get(match.student) if p.valid else None, solvable=p.solvable)
         for p in game.proposals
         if p.teacher == match.teacher and (not p.valid or match.student in p.rhos)
     ]

@@ -78,6 +78,10 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         # advantage (GRPO); `resampled_groups` were answered again for it (dynamic sampling)
         "signal_groups": _mean([float(len(set(r)) > 1) for r in group_rewards(attempts).values()]),
         "resampled_groups": game.resampled,
+        # rewards.solvable_by: population: (task, other student) groups asked whether a task its
+        # matched students never solved is solvable, and the tasks one of them solved
+        "checked_groups": game.checked,
+        "solvable_by_others": sum(p.solvable for p in valid),
         "student_entropy": sampled_entropy([a.sample for a in attempts]),
         # the students' mean entropy bonus this step: fixed, or steered (popula.learner.entropy_control)
         "student_entropy_coef": _mean([a["entropy_coef"] for a in learn.get("adapters", {}).values()
