@@ -40,6 +40,11 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=COMPACT_EOS, eos_token=COMPACT_EOS)
 
 
+def truth(task: TaskRecord) -> str:
+    """The right answer to a task: its output, its input, or its program."""
+    return {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task.type]
+
+
 class ScriptedPlayers:
     """Teachers propose `tasks` in turn (T1 always writes garbage); students answer the
     first `right` rollouts of each task correctly and the rest wrongly, S1 never in format."""
@@ -70,10 +75,8 @@ class ScriptedPlayers:
         if adapter == "S1":
             return "I do not know\nreally"
         task = self.by_prompt[prompt]
-        truth = {"code_o": task.outputs[0], "code_i": task.inputs[0],
-                 "code_f": task.program}[task.type]
         wrong = {"code_o": "'nope'", "code_i": "'nope'", "code_f": "def f(*a):\n    return 'nope'"}[task.type]
-        return self.fmt.answer_completion(task, truth if j < self.right else wrong)
+        return self.fmt.answer_completion(task, truth(task) if j < self.right else wrong)
 
     def _sample(self, text: str) -> Sample:
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
@@ -308,8 +311,7 @@ class Specialists(ScriptedPlayers):
         if prompt.startswith("## propose") or adapter == "S0":
             return super()._complete(prompt, adapter, j)
         task = self.by_prompt[prompt]
-        truth = {"code_o": task.outputs[0], "code_i": task.inputs[0], "code_f": task.program}[task.type]
-        return self.fmt.answer_completion(task, truth)
+        return self.fmt.answer_completion(task, truth(task))
 
 
 def test_by_default_a_task_its_matched_student_never_solves_pays_nothing_whoever_else_could(tmp_path, sandbox, tasks):
