@@ -6,7 +6,8 @@
 Why: a change of settings is judged against the same seeds' runs of the other setting on the same
 held-out tasks, not against numbers from another table. Each folder holds what learning.py writes
 (`<label>-s<seed>/` runs and `scores/<label>-s<seed>-<adapter>.json` reports); a folder of bare
-`popula run` directories with such a `scores/` folder works as well. For each label and seed the
+`popula run` directories with such a `scores/` folder works as well, and so does the docs folder a
+study was published to, whose `live_students.json` stands in for the runs it no longer has. For each label and seed the
 model is `--pick`: the run's best student by conservative rating (`best`, the default:
 `popula.apps.targets.best_student`, as learning.py picks it), the mean of its live students
 (`mean`: each task scored by their mean, as PopuLoRA reports a population and as an ablation is
@@ -47,10 +48,23 @@ def _report(out: Path, label: str, seed: int, name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def live_names(out: Path, label: str, seed: int) -> list[str]:
+    """OUT/<label>-s<seed>'s live students, best-rated first: from the run's league, or, for a
+    published study whose runs are gone, from the live_students.json learning.py wrote beside it."""
+    run = out / f"{label}-s{seed}"
+    if run.is_dir():
+        return [m.name for m in live_students(run)]
+    published = out / "live_students.json"
+    try:
+        return list(json.loads(published.read_text())[run.name])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise PopulaError(f"{out}: neither a run folder {run.name}/ nor its entry in {published.name}") from None
+
+
 def picked_reports(out: Path, label: str, seed: int, pick: str) -> dict[str, dict[str, Any]]:
     """metric -> OUT/<label>-s<seed>'s `pick` (best, mean or weakest) as one report whose pass@1
     slot holds that metric per task (`popula.eval.paired.mean_report`), so every pick is read alike."""
-    names = [m.name for m in live_students(out / f"{label}-s{seed}")]
+    names = live_names(out, label, seed)
     if pick == "best":
         names = names[:1]
     reports = [_report(out, label, seed, name) for name in names]

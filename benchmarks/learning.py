@@ -35,8 +35,10 @@ population --pick mean` gives the ablation's paired difference against the full 
 Writes OUT/<label>-s<seed>/ (the runs, with <label>-s<seed>.log beside them), OUT/heldout.jsonl,
 OUT/scores/ (one `popula eval --json` report per model), and to DOCS (default OUT/docs):
 README.md (pass@1 and pass@k, mean and spread over seeds, per task type), PNG plots of every
-training curve with population and single agent on the same axes (mean over seeds), and
-learning.json. Prints the table and, as its last line, one JSON object.
+training curve with population and single agent on the same axes (mean over seeds),
+learning.json, and what keeps the study comparable once its runs are gone: scores/ (a copy of
+every report) and live_students.json (each run's live students, best-rated first), which
+`benchmarks/compare_learning.py` reads in place of OUT. Prints the table and, as its last line, one JSON object.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from popula.eval.paired import PairedDifference, mean_report, paired_difference,
 from popula.league import League  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
-from popula.apps.targets import best_student  # noqa: E402
+from popula.apps.targets import best_student, live_students  # noqa: E402
 from popula.config import load_config  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 
@@ -185,12 +187,28 @@ def main() -> None:
     if args.humaneval is not None:
         summary["humaneval"] = _humaneval(args, targets, summary, scores_dir)
     (docs / "learning.json").write_text(json.dumps(summary, indent=1) + "\n")
+    publish_scores(scores_dir, run_dirs, docs)
     table = format_table(summary)
     _plot(curves, docs)
     _plot_trend(summary, docs)
     (docs / "README.md").write_text(_readme(args, table, sys.argv))
     print(table)
     print(json.dumps(summary))
+
+
+def publish_scores(scores_dir: Path, run_dirs: dict[tuple[str, int], Path], docs: Path) -> None:
+    """Every score report copied to DOCS/scores, and each run's live students, best-rated first, to
+    DOCS/live_students.json.
+
+    Why: run folders are large and machines are wiped, but a published study must stay comparable
+    task by task; `benchmarks/compare_learning.py` reads a DOCS folder as it reads OUT.
+    """
+    published = docs / "scores"
+    published.mkdir(exist_ok=True)
+    for path in sorted(scores_dir.glob("*.json")):
+        shutil.copyfile(path, published / path.name)
+    live = {d.name: [m.name for m in live_students(d)] for d in run_dirs.values()}
+    (docs / "live_students.json").write_text(json.dumps(live, indent=1) + "\n")
 
 
 def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, int], Path]:
