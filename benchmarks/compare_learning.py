@@ -7,9 +7,9 @@ Why: a change of settings is judged against the same seeds' runs of the other se
 held-out tasks, not against numbers from another table. Each folder holds what learning.py writes
 (`<label>-s<seed>/` runs and `scores/<label>-s<seed>-<adapter>.json` reports); a folder of bare
 `popula run` directories with such a `scores/` folder works as well, and so does the docs folder a
-study was published to, whose `live_students.json` stands in for the runs it no longer has. For each label and seed the
-model is `--pick`: the run's best student by conservative rating (`best`, the default:
-`popula.apps.targets.best_student`, as learning.py picks it), the mean of its live students
+study was published to, whose `live_students.json` stands in for the runs it no longer has. For
+each label and seed the model is `--pick`: the run's best student by conservative rating (`best`,
+the default: `popula.apps.targets.best_student`, as learning.py picks it), the mean of its live students
 (`mean`: each task scored by their mean, as PopuLoRA reports a population and as an ablation is
 judged), or its weakest live student by held-out pass@1 (`weakest`). A single agent's one
 adapter is all three.

@@ -38,7 +38,8 @@ README.md (pass@1 and pass@k, mean and spread over seeds, per task type), PNG pl
 training curve with population and single agent on the same axes (mean over seeds),
 learning.json, and what keeps the study comparable once its runs are gone: scores/ (a copy of
 every report) and live_students.json (each run's live students, best-rated first), which
-`benchmarks/compare_learning.py` reads in place of OUT. Prints the table and, as its last line, one JSON object.
+`benchmarks/compare_learning.py` reads in place of OUT. Prints the table and, as its last line,
+one JSON object.
 """
 
 from __future__ import annotations
