@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from popula.league import League, LeagueConfig, TaskResult
-from popula.league.pfsp import pfsp_probabilities, plan_matches
+from popula.league.pfsp import pfsp_probabilities, plan_distribution, plan_matches
 
 
 def test_variance_weighting_prefers_balanced_opponents():
@@ -133,3 +133,30 @@ def test_whole_plans_concentrate_on_balanced_pairs_for_every_member():
     plans = Counter(tuple(sorted((m.teacher, m.student) for m in league.match(rng))) for _ in range(300))
     balanced = (("t0", "s0"), ("t1", "s1"), ("t2", "s2"))
     assert plans[balanced] > 0.8 * 300
+
+
+def test_plan_distribution_is_what_the_matching_draws():
+    # Skewed ratings, as many teachers as students: the chain's plan frequencies match the
+    # exact distribution (product of pair weights over the 3! plans).
+    league = _league(3, 3)
+    for name, mu in {"t0": 30.0, "t1": 22.0, "t2": 15.0, "s0": 28.0, "s1": 20.0, "s2": 10.0}.items():
+        league.members[name].mu, league.members[name].sigma = mu, 2.0
+    teachers, students = ["t0", "t1", "t2"], ["s0", "s1", "s2"]
+    p = np.array([[league.win_probability(t, s) for s in students] for t in teachers])
+    plans, probs = plan_distribution(p)
+    assert probs.sum() == pytest.approx(1.0) and len(plans) == 6
+    rng = np.random.default_rng(0)
+    draws = Counter(tuple(students.index(s) for _, s in sorted((m.teacher, m.student) for m in league.match(rng)))
+                    for _ in range(1500))
+    for plan, prob in zip(plans, probs):
+        assert draws[plan] / 1500 == pytest.approx(prob, abs=0.04)
+
+
+def test_uniform_plan_distribution_is_flat():
+    _, probs = plan_distribution(np.array([[0.9, 0.1], [0.5, 0.2]]), weighting="uniform")
+    assert probs == pytest.approx([0.5, 0.5])
+
+
+def test_plan_distribution_refuses_unequal_role_counts():
+    with pytest.raises(ValueError, match="as many teachers as students"):
+        plan_distribution(np.full((2, 3), 0.5))

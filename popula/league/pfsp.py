@@ -35,6 +35,7 @@ frozen opponents; they join the candidate pools but never count towards coverage
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Literal, Sequence
 
 import numpy as np
@@ -128,3 +129,24 @@ def _refine(rng: np.random.Generator, plan: list[tuple[int, int]], w: np.ndarray
         ratio = (w[ta, sb] * w[tb, sa]) / (w[ta, sa] * w[tb, sb])
         if ratio >= 1.0 or rng.random() < ratio:
             plan[a], plan[b] = (ta, sb), (tb, sa)
+
+
+def plan_distribution(p_win: np.ndarray, weighting: Weighting = "variance",
+                      k: float = 2.0) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """Every plan of an n-teacher, n-student step and its probability under `plan_matches`.
+
+    p_win (n, n): P(teacher i beats student j). A plan is a permutation: teacher i meets student
+    plan[i]. With equal role counts every plan covers each member once, and the refinement chain
+    samples plans in proportion to the product of their pair weights, so this is the exact
+    distribution the matching draws from (up to the chain's mixing). Why: to measure how far
+    the ratings move the matching from uniform in a given population, from its league alone.
+    """
+    p = np.asarray(p_win, dtype=float)
+    if p.ndim != 2 or p.shape[0] != p.shape[1]:
+        raise ValueError(f"plan_distribution needs as many teachers as students, got p_win of shape {p.shape}")
+    w = np.maximum(pfsp_probabilities(p, weighting, k), _WEIGHT_FLOOR)
+    plans = list(itertools.permutations(range(p.shape[0])))
+    logw = np.log(w)
+    scores = np.array([sum(logw[i, j] for i, j in enumerate(plan)) for plan in plans])
+    probs = np.exp(scores - scores.max())
+    return plans, probs / probs.sum()
