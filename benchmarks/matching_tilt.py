@@ -11,6 +11,8 @@ uniform (`popula.league.pfsp.plan_distribution`). Printed per run:
 - plan TV: total variation distance between PFSP's plan distribution and uniform (0: the
   ratings change nothing; 1 - 1/n!: one plan always), mean and largest over steps;
 - meet TV: for each student, the same distance over the teacher it meets, averaged;
+- free TV: the same for a teacher drawing its student by the weights alone, as if not every
+  member had to play each step (the tilt the coverage rule leaves out), averaged over teachers;
 - the largest plan's probability against uniform's 1/n!;
 - the rebuild's largest error on a recorded win probability (should be ~0).
 `--weighting` asks what another weighting would have done on the same ratings (default: the
@@ -32,7 +34,7 @@ import numpy as np  # noqa: E402
 
 from popula.errors import PopulaError  # noqa: E402
 from popula.league import League  # noqa: E402
-from popula.league.pfsp import plan_distribution  # noqa: E402
+from popula.league.pfsp import pfsp_probabilities, plan_distribution  # noqa: E402
 from popula.league.rating import Rating  # noqa: E402
 
 
@@ -46,7 +48,7 @@ def _rating_before(league: League, name: str, step: int) -> Rating:
 
 
 def step_tilts(league: League, weighting: str) -> list[dict[str, float]]:
-    """Per matched step: plan TV, mean meet TV, the top plan's probability, the rebuild's error."""
+    """Per matched step: plan TV, mean meet TV, mean free TV, the top plan's probability, the rebuild's error."""
     by_step: dict[int, list] = {}
     for record in league.matches:
         by_step.setdefault(record.step, []).append(record)
@@ -65,8 +67,10 @@ def step_tilts(league: League, weighting: str) -> list[dict[str, float]]:
         meet = np.zeros((n, n))  # meet[i, j]: P(teacher i meets student j)
         for plan, prob in zip(plans, probs):
             meet[range(n), plan] += prob
+        free = np.array([pfsp_probabilities(row, weighting, league.config.hard_k) for row in p])
         rows.append({"step": step, "n": n, "plan_tv": 0.5 * float(np.abs(probs - 1.0 / len(plans)).sum()),
                      "meet_tv": float(np.mean(0.5 * np.abs(meet - 1.0 / n).sum(axis=0))),
+                     "free_tv": float(np.mean(0.5 * np.abs(free - 1.0 / n).sum(axis=1))),
                      "top_plan": float(probs.max()), "uniform_plan": 1.0 / len(plans), "rebuild_error": float(error)})
     return rows
 
@@ -84,17 +88,18 @@ def summarise(run_dir: Path, weighting: str | None) -> dict[str, Any]:
     return {"weighting": used, "steps": len(rows), "n": rows[0]["n"],
             "plan_tv_mean": statistics.fmean(r["plan_tv"] for r in rows), "plan_tv_max": max(r["plan_tv"] for r in rows),
             "meet_tv_mean": statistics.fmean(r["meet_tv"] for r in rows),
+            "free_tv_mean": statistics.fmean(r["free_tv"] for r in rows),
             "top_plan_mean": statistics.fmean(r["top_plan"] for r in rows), "uniform_plan": rows[0]["uniform_plan"],
             "rebuild_error_max": max(r["rebuild_error"] for r in rows)}
 
 
 def format_table(results: dict[str, dict[str, Any]]) -> str:
-    head = ["run", "weighting", "n+n", "steps", "plan TV mean / max", "meet TV mean", "top plan (uniform)",
+    head = ["run", "weighting", "n+n", "steps", "plan TV mean / max", "meet TV mean", "free TV mean", "top plan (uniform)",
             "rebuild error"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, f in results.items():
         lines.append(f"| {run} | {f['weighting']} | {f['n']}+{f['n']} | {f['steps']} | {f['plan_tv_mean']:.3f} / "
-                     f"{f['plan_tv_max']:.3f} | {f['meet_tv_mean']:.3f} | {f['top_plan_mean']:.3f} "
+                     f"{f['plan_tv_max']:.3f} | {f['meet_tv_mean']:.3f} | {f['free_tv_mean']:.3f} | {f['top_plan_mean']:.3f} "
                      f"({f['uniform_plan']:.3f}) | {f['rebuild_error_max']:.1e} |")
     return "\n".join(lines)
 

@@ -44,11 +44,13 @@ def test_the_ratings_each_step_was_matched_on_are_rebuilt_exactly(tmp_path):
     assert figures["steps"] == 6 and figures["n"] == 2 and figures["uniform_plan"] == 0.5
     assert figures["rebuild_error_max"] < 1e-12  # every recorded win probability, also the child's first match
     assert 0.0 <= figures["plan_tv_mean"] <= figures["plan_tv_max"] <= 0.5
+    assert figures["free_tv_mean"] > 0.0  # S0's line wins every match: the weights are not flat
 
 
 def test_uniform_matching_has_no_tilt_and_another_weighting_can_be_asked(tmp_path):
     run = played_run(tmp_path)
-    assert tilt.summarise(run, "uniform")["plan_tv_max"] == pytest.approx(0.0)
+    uniform = tilt.summarise(run, "uniform")
+    assert uniform["plan_tv_max"] == pytest.approx(0.0) and uniform["free_tv_mean"] == pytest.approx(0.0)
     assert tilt.summarise(run, "hard")["weighting"] == "hard"
 
 
