@@ -81,6 +81,9 @@ def summarise(run_dir: Path, weighting: str | None) -> dict[str, Any]:
     if not path.is_file():
         raise PopulaError(f"{path}: no such file; give a `popula run` directory")
     league = League.load(path)
+    if league.config.past_versions:
+        raise PopulaError(f"{path}: its retired members also played (league.past_versions); the exact plan "
+                          "distribution covers alive members only")
     used = weighting or league.config.weighting
     rows = step_tilts(league, used)
     if not rows:

@@ -157,6 +157,8 @@ def test_uniform_plan_distribution_is_flat():
     assert probs == pytest.approx([0.5, 0.5])
 
 
-def test_plan_distribution_refuses_unequal_role_counts():
+def test_plan_distribution_refuses_unequal_role_counts_and_more_plans_than_it_lists():
     with pytest.raises(ValueError, match="as many teachers as students"):
         plan_distribution(np.full((2, 3), 0.5))
+    with pytest.raises(ValueError, match="at most 8 a role"):
+        plan_distribution(np.full((9, 9), 0.5))

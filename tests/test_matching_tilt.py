@@ -68,3 +68,9 @@ def test_the_last_line_is_the_figures_as_json(tmp_path):
                           capture_output=True, text=True, check=True)
     assert "| run | weighting |" in done.stdout
     assert json.loads(done.stdout.strip().splitlines()[-1])[str(run)]["steps"] == 6
+
+
+def test_a_league_whose_retired_members_play_is_refused(tmp_path):
+    League(LeagueConfig(past_versions=True)).save(tmp_path / "league.json")
+    with pytest.raises(PopulaError, match="past_versions"):
+        tilt.summarise(tmp_path, None)

@@ -46,6 +46,8 @@ Weighting = Literal["variance", "hard", "uniform"]
 _WEIGHT_FLOOR = 1e-12
 # Swap proposals per match in the refinement chain (4T+4S mixes in far fewer).
 _SWAPS_PER_MATCH = 50
+# plan_distribution lists every plan: 8! = 40,320 of them is still quick.
+_MAX_ENUMERATED = 8
 
 
 def pfsp_probabilities(p_win: Sequence[float] | np.ndarray, weighting: Weighting = "variance", k: float = 2.0) -> np.ndarray:
@@ -144,9 +146,11 @@ def plan_distribution(p_win: np.ndarray, weighting: Weighting = "variance",
     p = np.asarray(p_win, dtype=float)
     if p.ndim != 2 or p.shape[0] != p.shape[1]:
         raise ValueError(f"plan_distribution needs as many teachers as students, got p_win of shape {p.shape}")
-    w = np.maximum(pfsp_probabilities(p, weighting, k), _WEIGHT_FLOOR)
-    plans = list(itertools.permutations(range(p.shape[0])))
-    logw = np.log(w)
-    scores = np.array([sum(logw[i, j] for i, j in enumerate(plan)) for plan in plans])
+    n = p.shape[0]
+    if n > _MAX_ENUMERATED:
+        raise ValueError(f"plan_distribution enumerates n! plans: at most {_MAX_ENUMERATED} a role, got {n}")
+    logw = np.log(np.maximum(pfsp_probabilities(p, weighting, k), _WEIGHT_FLOOR))
+    plans = list(itertools.permutations(range(n)))
+    scores = logw[np.arange(n), np.array(plans)].sum(axis=1)
     probs = np.exp(scores - scores.max())
     return plans, probs / probs.sum()
