@@ -1,6 +1,6 @@
 """How far PFSP moved each step's matching from uniform, read from a run's league.json.
 
-    python3 benchmarks/matching_tilt.py RUN_DIR [RUN_DIR ...] [--weighting variance|hard|uniform]
+    python3 benchmarks/matching_tilt.py RUN_DIR [RUN_DIR ...] [--weighting variance|hard|uniform] [--window 20]
 
 Why: an ablation of PFSP (`league.weighting=uniform`) costs a population run per seed; whether
 it can show anything depends on how much the ratings actually steer who meets whom, which the
@@ -9,7 +9,8 @@ the step was matched on are rebuilt from the members' rating history (checked ag
 probability each match recorded), and the exact distribution over plans is compared with
 uniform (`popula.league.pfsp.plan_distribution`). Printed per run:
 - plan TV: total variation distance between PFSP's plan distribution and uniform (0: the
-  ratings change nothing; 1 - 1/n!: one plan always), mean and largest over steps;
+  ratings change nothing; 1 - 1/n!: one plan always), mean and largest over steps, and its mean
+  over each `--window` steps (the tilt changes as the ratings settle);
 - meet TV: for each student, the same distance over the teacher it meets, averaged;
 - free TV: the same for a teacher drawing its student by the weights alone, as if not every
   member had to play each step (the tilt the coverage rule leaves out), averaged over teachers;
@@ -75,7 +76,7 @@ def step_tilts(league: League, weighting: str) -> list[dict[str, float]]:
     return rows
 
 
-def summarise(run_dir: Path, weighting: str | None) -> dict[str, Any]:
+def summarise(run_dir: Path, weighting: str | None, window: int = 20) -> dict[str, Any]:
     """One run's tilt figures over its steps."""
     path = run_dir / "league.json"
     if not path.is_file():
@@ -90,6 +91,8 @@ def summarise(run_dir: Path, weighting: str | None) -> dict[str, Any]:
         raise PopulaError(f"{path}: no match recorded yet")
     return {"weighting": used, "steps": len(rows), "n": rows[0]["n"],
             "plan_tv_mean": statistics.fmean(r["plan_tv"] for r in rows), "plan_tv_max": max(r["plan_tv"] for r in rows),
+            "window": window, "plan_tv_by_window": [statistics.fmean(r["plan_tv"] for r in rows[i:i + window])
+                                                    for i in range(0, len(rows), window)],
             "meet_tv_mean": statistics.fmean(r["meet_tv"] for r in rows),
             "free_tv_mean": statistics.fmean(r["free_tv"] for r in rows),
             "top_plan_mean": statistics.fmean(r["top_plan"] for r in rows), "uniform_plan": rows[0]["uniform_plan"],
@@ -97,12 +100,12 @@ def summarise(run_dir: Path, weighting: str | None) -> dict[str, Any]:
 
 
 def format_table(results: dict[str, dict[str, Any]]) -> str:
-    head = ["run", "weighting", "n+n", "steps", "plan TV mean / max", "meet TV mean", "free TV mean", "top plan (uniform)",
-            "rebuild error"]
+    head = ["run", "weighting", "n+n", "steps", "plan TV mean / max", "plan TV by window", "meet TV mean", "free TV mean",
+            "top plan (uniform)", "rebuild error"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, f in results.items():
         lines.append(f"| {run} | {f['weighting']} | {f['n']}+{f['n']} | {f['steps']} | {f['plan_tv_mean']:.3f} / "
-                     f"{f['plan_tv_max']:.3f} | {f['meet_tv_mean']:.3f} | {f['free_tv_mean']:.3f} | {f['top_plan_mean']:.3f} "
+                     f"{f['plan_tv_max']:.3f} | {' '.join(f'{x:.3f}' for x in f['plan_tv_by_window'])} | {f['meet_tv_mean']:.3f} | {f['free_tv_mean']:.3f} | {f['top_plan_mean']:.3f} "
                      f"({f['uniform_plan']:.3f}) | {f['rebuild_error_max']:.1e} |")
     return "\n".join(lines)
 
@@ -113,9 +116,12 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--weighting", choices=["variance", "hard", "uniform"], default=None,
                         help="the PFSP weighting to measure (default: each run's own)")
+    parser.add_argument("--window", type=int, default=20, help="steps averaged for the plan TV by window")
     args = parser.parse_args()
     try:
-        results = {str(run): summarise(run, args.weighting) for run in args.runs}
+        if args.window < 1:
+            raise PopulaError(f"--window {args.window}: give at least 1 step")
+        results = {str(run): summarise(run, args.weighting, args.window) for run in args.runs}
     except PopulaError as exc:
         sys.exit(f"matching_tilt: {exc}")
     print(format_table(results))

@@ -40,11 +40,14 @@ def played_run(tmp_path: Path, steps: int = 6, replace_at: int | None = 3) -> Pa
 
 
 def test_the_ratings_each_step_was_matched_on_are_rebuilt_exactly(tmp_path):
-    figures = tilt.summarise(played_run(tmp_path), None)
+    figures = tilt.summarise(played_run(tmp_path), None, window=4)
     assert figures["steps"] == 6 and figures["n"] == 2 and figures["uniform_plan"] == 0.5
     assert figures["rebuild_error_max"] < 1e-12  # every recorded win probability, also the child's first match
     assert 0.0 <= figures["plan_tv_mean"] <= figures["plan_tv_max"] <= 0.5
     assert figures["free_tv_mean"] > 0.0  # S0's line wins every match: the weights are not flat
+    assert len(figures["plan_tv_by_window"]) == 2  # steps 1-4 and 5-6
+    assert (4 * figures["plan_tv_by_window"][0] + 2 * figures["plan_tv_by_window"][1]) / 6 == pytest.approx(
+        figures["plan_tv_mean"])
 
 
 def test_uniform_matching_has_no_tilt_and_another_weighting_can_be_asked(tmp_path):
