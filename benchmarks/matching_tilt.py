@@ -104,9 +104,10 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
             "top plan (uniform)", "rebuild error"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, f in results.items():
+        by_window = " ".join(f"{x:.3f}" for x in f["plan_tv_by_window"])
         lines.append(f"| {run} | {f['weighting']} | {f['n']}+{f['n']} | {f['steps']} | {f['plan_tv_mean']:.3f} / "
-                     f"{f['plan_tv_max']:.3f} | {' '.join(f'{x:.3f}' for x in f['plan_tv_by_window'])} | {f['meet_tv_mean']:.3f} | {f['free_tv_mean']:.3f} | {f['top_plan_mean']:.3f} "
-                     f"({f['uniform_plan']:.3f}) | {f['rebuild_error_max']:.1e} |")
+                     f"{f['plan_tv_max']:.3f} | {by_window} | {f['meet_tv_mean']:.3f} | {f['free_tv_mean']:.3f} | "
+                     f"{f['top_plan_mean']:.3f} ({f['uniform_plan']:.3f}) | {f['rebuild_error_max']:.1e} |")
     return "\n".join(lines)
 
 
