@@ -60,7 +60,6 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.eval.paired import PairedDifference, mean_report, paired_difference, per_task_pass_at_k  # noqa: E402
-from popula.league import League  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.apps.targets import best_student, live_students  # noqa: E402
@@ -175,8 +174,7 @@ def main() -> None:
     base_model = _base_model(run_dirs[next(iter(run_dirs))])
     targets = [Target("base", None, base_model)]
     for (label, seed), d in run_dirs.items():
-        names = [m.name for m in League.load(d / "league.json").ranked("student")] if label == "population" \
-            else [best_student(d)]
+        names = [m.name for m in live_students(d)] if label == "population" else [best_student(d)]
         targets += [Target(label, seed, str(d), name) for name in names]
     scores_dir = args.out / "scores"
     scores_dir.mkdir(exist_ok=True)

@@ -20,18 +20,19 @@ tilt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tilt)
 
 
-def played_run(tmp_path: Path, steps: int = 6, replace_at: int | None = 3) -> Path:
-    """A 2+2 league played as `popula run` plays it: match, record, close the step, evolve."""
+def played_run(tmp_path: Path) -> Path:
+    """Six steps of a 2+2 league played as `popula run` plays it: match, record, close the
+    step, and at step 3 replace S1 by a child of S0 (S1b)."""
     league = League(LeagueConfig())
     for name, role in (("T0", "teacher"), ("T1", "teacher"), ("S0", "student"), ("S1", "student")):
         league.add_member(name, role)
     rng = np.random.default_rng(0)
-    for step in range(1, steps + 1):
+    for step in range(1, 7):
         for match in league.match(rng):
             strong = match.student in ("S0", "S1b")  # S0's line solves everything, S1 nothing
             league.record_match(step, match.teacher, match.student, [TaskResult(True, 1.0 if strong else 0.0)] * 3)
         league.end_step(step)
-        if step == replace_at:
+        if step == 3:
             league.replace("S1", "S1b", ["S0"], "perturb", step)
     run = tmp_path / "run"
     run.mkdir()
