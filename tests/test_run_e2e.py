@@ -37,7 +37,7 @@ def args(base: Path, out: Path, steps: int, *extra: str) -> list[str]:
     return ["run", "configs/tiny-cpu.yaml", "--out", str(out), "--steps", str(steps), *sets, *extra]
 
 
-def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys):
+def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     assert main(args(base, out, 2)) == 0
     import gc
@@ -85,10 +85,21 @@ def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys):
         assert on_disk.keys() == learner[adapter]["weights"].keys(), adapter
         assert all(torch.equal(on_disk[k], learner[adapter]["weights"][k]) for k in on_disk), adapter
 
+    # each checkpoint names the arithmetic that computed it ...
+    from popula.run import arithmetic
+
+    assert json.loads((last / "state.json").read_text())["arithmetic"] == arithmetic.fingerprint(device)
+    capsys.readouterr()
     assert main(args(base, out, 3, "--resume")) == 0
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
     assert main(["leaderboard", str(out), "--json"]) == 0
-    assert "resumed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "resumed" in printed and "will not repeat" not in printed  # ... and the same machine says nothing
+    # ... while a resume on other kernels says, in one line, that its steps will not repeat to the bit
+    monkeypatch.setattr(arithmetic, "fingerprint", lambda device: {"torch": "0.0", "kernels": "cpu OTHER"})
+    assert main(args(base, out, 4, "--resume")) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "will not repeat" in line]
+    assert len(notes) == 1 and "kernels cpu OTHER" in notes[0]
 
 
 def test_teachers_sampled_at_their_own_temperature_are_trained_at_it(base, tmp_path):

@@ -35,6 +35,7 @@ from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.metric_sinks import SinkContext, check_sinks, open_sinks
 from popula.model.base import resolve_base_model
+from popula.run import arithmetic
 from popula.run.buffer import SEED_TEACHER, TaskBuffer
 from popula.run.checkpoint import Checkpoints
 from popula.run.early_rewards import record_early_rewards
@@ -111,6 +112,8 @@ class PopulationRun:
             cfg = cfg.resolved()
         self.cfg = cfg
         self.run_dir = run_dir
+        # What computes this run's last bits, kept in each checkpoint (a Ray run's are its actors').
+        self.arithmetic = None if cfg.ray.enabled else arithmetic.fingerprint(cfg.runtime.device)
         self.base_path = resolve_base_model(cfg.base_model)
         # Checked before the run directory is touched: a refused config leaves nothing behind.
         shapes = base_lora_shapes(self.base_path, cfg.lora.target_modules)
@@ -213,6 +216,8 @@ class PopulationRun:
             }
             if self.ratchet is not None:
                 state["reference_tilt"] = self.buffer.tilt
+            if self.arithmetic is not None:
+                state["arithmetic"] = self.arithmetic
             (d / "state.json").write_text(json.dumps(state, indent=1))
             (d / "rng.pkl").write_bytes(pickle.dumps(self._rng_state()))
 
@@ -242,6 +247,10 @@ class PopulationRun:
         self.buffer.restore(up_to_step=step)
         self.metrics.truncate_after(step)
         print(f"popula run: resumed {self.run_dir} at step {step}")
+        if self.arithmetic is not None:
+            note = arithmetic.resume_note(state.get("arithmetic"), self.arithmetic)
+            if note:
+                print(note)
         return step
 
     # -- the loop --------------------------------------------------------------------------------
