@@ -88,7 +88,7 @@ def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys, monk
     # each checkpoint names the arithmetic that computed it ...
     from popula.run import arithmetic
 
-    assert json.loads((last / "state.json").read_text())["arithmetic"] == arithmetic.fingerprint(device)
+    assert json.loads((last / "state.json").read_text())["arithmetic"] == arithmetic.fingerprint(device, dtype)
     capsys.readouterr()
     assert main(args(base, out, 3, "--resume")) == 0
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
@@ -96,7 +96,7 @@ def test_a_run_writes_the_run_directory_and_resumes(base, tmp_path, capsys, monk
     printed = capsys.readouterr().out
     assert "resumed" in printed and "will not repeat" not in printed  # ... and the same machine says nothing
     # ... while a resume on other kernels says, in one line, that its steps will not repeat to the bit
-    monkeypatch.setattr(arithmetic, "fingerprint", lambda device: {"torch": "0.0", "kernels": "cpu OTHER"})
+    monkeypatch.setattr(arithmetic, "fingerprint", lambda device, dtype: {"torch": "0.0", "kernels": "cpu OTHER", "dtype": dtype})
     assert main(args(base, out, 4, "--resume")) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if "will not repeat" in line]
     assert len(notes) == 1 and "kernels cpu OTHER" in notes[0]

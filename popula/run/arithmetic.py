@@ -3,8 +3,8 @@
 A run is reproducible to the bit only on one kind of device: another CPU's float kernels
 (AVX2 against AVX512) or another GPU change the last bits of the logits, a token sampled at a
 near-tie tips, and the run goes its own way from there (docs/results/smollm2-ablations/,
-seed 0). Every checkpoint records the torch version and the kernels it was computed with;
-resuming it on different ones prints a note instead of leaving the user to find the
+seed 0), as does another dtype. Every checkpoint records the torch version, the kernels and
+the dtype it was computed with; resuming it on different ones prints a note instead of leaving the user to find the
 divergence in their figures.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 import torch
 
 
-def fingerprint(device: str) -> dict[str, str]:
-    """What decides the last bits on `device` ("cpu", "cuda:N"): torch's version and its kernels."""
+def fingerprint(device: str, dtype: str) -> dict[str, str]:
+    """What decides the last bits on `device` ("cpu", "cuda:N") in `dtype`: torch, its kernels, the dtype."""
     if device.startswith("cuda"):
         kernels = torch.cuda.get_device_name(torch.device(device))
     else:
         kernels = f"cpu {torch.backends.cpu.get_cpu_capability()}"
-    return {"torch": torch.__version__, "kernels": kernels}
+    return {"torch": torch.__version__, "kernels": kernels, "dtype": dtype}
 
 
 def resume_note(recorded: dict[str, str] | None, current: dict[str, str]) -> str | None:

@@ -113,7 +113,7 @@ class PopulationRun:
         self.cfg = cfg
         self.run_dir = run_dir
         # What computes this run's last bits, kept in each checkpoint (a Ray run's are its actors').
-        self.arithmetic = None if cfg.ray.enabled else arithmetic.fingerprint(cfg.runtime.device)
+        self.arithmetic = None if cfg.ray.enabled else arithmetic.fingerprint(cfg.runtime.device, cfg.runtime.dtype)
         self.base_path = resolve_base_model(cfg.base_model)
         # Checked before the run directory is touched: a refused config leaves nothing behind.
         shapes = base_lora_shapes(self.base_path, cfg.lora.target_modules)
