@@ -105,7 +105,7 @@ def _cpythons_outputs(programs: list[tuple[str, str]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with Sandbox(workers=2, limits=LIMITS, determinism_runs=14) as sb:
+    with Sandbox(workers=2, limits=LIMITS, determinism_runs=24) as sb:
         yield sb
 
 

@@ -127,7 +127,7 @@ def _no_trace(text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with Sandbox(workers=2, limits=LIMITS, determinism_runs=14) as sb:
+    with Sandbox(workers=2, limits=LIMITS, determinism_runs=24) as sb:
         yield sb
 
 

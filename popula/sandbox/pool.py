@@ -22,7 +22,9 @@ code_i answer two, each in a job of up to eight answers of its task, in other co
 builds sets (whose iteration order of strings depends on the seed: `list({'a', 'b'})` is
 a coin flip between two seeds), or whose run reads a masked id or hash, takes
 `determinism_runs` runs, so that a coin flip passes with probability
-2**-(determinism_runs - 1) at most (extra workers start on first need). An answer's runs
+2**-(determinism_runs - 2) at most: a combination of masked bits that the first two runs'
+complementary masks leave unchanged (bit k XOR bit k+1) meets a fair coin only in the
+fresh runs after them (extra workers start on first need). An answer's runs
 that disagree make it wrong (a code_i answer's, its task invalid): the same record gets
 the same verdict every time.
 
