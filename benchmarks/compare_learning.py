@@ -9,7 +9,7 @@ held-out tasks, not against numbers from another table. Each folder holds what l
 `popula run` directories with such a `scores/` folder works as well, and so does the docs folder a
 study was published to, whose `live_students.json` stands in for the runs it no longer has. For
 each label and seed the model is `--pick`: the run's best student by conservative rating (`best`,
-the default: `popula.apps.targets.best_student`, as learning.py picks it), the mean of its live students
+the default: `popula.run.rundir.best_student`, as learning.py picks it), the mean of its live students
 (`mean`: each task scored by their mean, as PopuLoRA reports a population and as an ablation is
 judged), or its weakest live student by held-out pass@1 (`weakest`). A single agent's one
 adapter is all three.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.errors import PopulaError  # noqa: E402
 from popula.eval.paired import (PairedDifference, mean_report, paired_difference, per_task_pass1,  # noqa: E402
                                 per_task_pass_at_k)
-from popula.apps.targets import live_students  # noqa: E402
+from popula.run.rundir import live_students  # noqa: E402
 
 METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
 PICKS = {"best": "best student by rating", "mean": "live students' mean", "weakest": "weakest live student"}

@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.eval.paired import PairedDifference, mean_report, paired_difference, per_task_pass_at_k  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
-from popula.apps.targets import best_student, live_students  # noqa: E402
+from popula.run.rundir import best_student, live_students  # noqa: E402
 from popula.config import load_config  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 

@@ -30,7 +30,7 @@ from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
 
-from popula.eval.evaluate import pass_at_k  # noqa: E402
+from popula.eval.passk import pass_at_k  # noqa: E402
 from popula.kinds import task_types  # noqa: E402
 from popula.records import TaskRecord, parse_record  # noqa: E402
 from popula.seeds import STUDENT, TEACHER, derive_seed  # noqa: E402

@@ -350,12 +350,12 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
 
     out = tmp_path / "tiny"
     shape = ["--hidden-size", "96", "--layers", "2", "--heads", "3", "--intermediate-size", "200"]
-    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--steps", "30", "--heldout", "12", *shape], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), "--steps", "30", "--programs", "400", "--heldout", "12", *shape], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").is_file() and f"saved to {out}" in done.stdout
     assert "pretrain" in done.stderr  # the progress bar
     summary = json.loads((out / MARKER).read_text())
-    assert summary["steps"] == 30 and summary["stopped_early"] is False
+    assert summary["steps"] == 30 and summary["pool_tasks"] == 400 and summary["stopped_early"] is False
     built = json.loads((out / "config.json").read_text())
     assert (built["hidden_size"], built["num_hidden_layers"], built["num_attention_heads"], built["intermediate_size"]) == (96, 2, 3, 200)
     assert summary["recipe"]["hidden_size"] == 96  # the shape is part of the recipe, so of its hash
@@ -372,8 +372,9 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
 
     bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--minutes", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--minutes" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--steps", "0"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--steps" in bad.stderr
+    for flag in ("--steps", "--programs"):
+        bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", flag, "0"], capture_output=True, text=True)
+        assert bad.returncode == 2 and flag in bad.stderr
 
 
 def test_cli_pretrain_refuses_a_shape_it_cannot_build_before_building_anything(tmp_path: Path) -> None:

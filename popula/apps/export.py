@@ -18,7 +18,8 @@ from popula.adapters import CONFIG_FILE, WEIGHTS_FILE, base_identity
 from popula.errors import PopulaError
 from popula.league import League
 from popula.run.metrics import latest_heldout
-from popula.apps.targets import best_student, is_run_dir, run_adapter
+from popula.apps.targets import is_run_dir, run_adapter
+from popula.run.rundir import best_student
 
 CARD = "README.md"
 

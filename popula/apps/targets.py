@@ -27,11 +27,10 @@ from popula.config import Config, RuntimeSection, load_config
 from popula.errors import PopulaError
 from popula.eval.evaluate import EvalReport, EvalSettings, context_limit, evaluate, evaluate_adapters
 from popula.eval.population import MemberEval, PopulationReport, population_report
-from popula.league import League, Member
 from popula.model.base import resolve_base_model
 from popula.records import read_records
 from popula.run.parts.builders import build_engine, build_sandbox, runtime_of
-from popula.run.rundir import member_adapter
+from popula.run.rundir import best_student, live_students, member_adapter
 
 
 @dataclass
@@ -90,19 +89,6 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
         info = _adapter_config(ref.path, ref.name)
         rank, targets = int(info["r"]), config_targets(info)
     return EvalTarget(spec, base, engine or "torch", ref, rank, targets)
-
-
-def best_student(run_dir: Path) -> str:
-    """The live student with the best conservative rating (mu - 3 sigma) in RUN_DIR/league.json."""
-    return live_students(run_dir)[0].name
-
-
-def live_students(run_dir: Path) -> list[Member]:
-    """The league's live students, best conservative rating first (a single agent's: its one, S0)."""
-    ranked = League.load(run_dir / "league.json").ranked("student")
-    if not ranked:
-        raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
-    return ranked
 
 
 def run_adapter(run_dir: Path, name: str) -> AdapterRef:

@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from popula.errors import PopulaError
     from popula.eval.evaluate import EvalSettings, format_report
     from popula.eval.population import format_population
-    from popula.apps.targets import best_student, evaluate_population, evaluate_target, is_run_dir
+    from popula.apps.targets import evaluate_population, evaluate_target, is_run_dir
+    from popula.run.rundir import best_student
 
     settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                             max_tokens=args.max_tokens, seed=args.seed)

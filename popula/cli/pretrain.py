@@ -1,4 +1,4 @@
-"""`popula pretrain [--out DIR] [--steps N] [--minutes M] [--hidden-size H ...]`: build the tiny base model.
+"""`popula pretrain [--out DIR] [--steps N] [--programs N] [--hidden-size H ...]`: build the tiny base model.
 
 Without --out the model goes to the cache (`$POPULA_CACHE`, default ~/.cache/popula),
 under the recipe's hash, where `base_model: tiny` finds it; a cached build with the same
@@ -48,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", metavar="DIR", help="write the model here (default: the cache that `base_model: tiny` uses)")
     parser.add_argument("--steps", type=int, default=None, metavar="N", help="training steps (default: the recipe's 5000); a different count is a different recipe")
+    parser.add_argument("--programs", type=int, default=None, metavar="N", help="programs generated and run in the sandbox for the corpus (default: the recipe's 20000, about 3 minutes on 2 cores); a different count is a different recipe")
     parser.add_argument("--heldout", type=int, default=None, metavar="N", help="held-out tasks for the greedy and sampled pass@1 recorded in popula_tiny.json (default: 300; 0 skips the check)")
     parser.add_argument("--minutes", type=float, default=None, metavar="M", help="stop training after M minutes even if steps remain, with a warning (default: no limit)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the corpus and the initial weights (default: 0)")
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         if args.steps < 1:
             raise PopulaError(f"--steps must be at least 1, got {args.steps}")
         recipe = replace(recipe, train_steps=args.steps)
+    if args.programs is not None:
+        if args.programs < 1:
+            raise PopulaError(f"--programs must be at least 1, got {args.programs}")
+        recipe = replace(recipe, pool_tasks=args.programs)
     if args.seed is not None:
         recipe = replace(recipe, seed=args.seed)
     shape = {field: getattr(args, field) for field in SHAPE_FLAGS.values() if getattr(args, field) is not None}

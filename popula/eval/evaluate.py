@@ -35,6 +35,7 @@ from popula.adapters import AdapterRef
 
 from popula.engines.base import Engine, GenerationRequest
 from popula.errors import PopulaError
+from popula.eval.passk import pass_at_k
 from popula.kinds import task_types
 from popula.records import TaskRecord
 from popula.sandbox import SandboxPool
@@ -50,22 +51,6 @@ _MIN_ANSWER_TOKENS = 8  # a prompt that leaves less room than this in the contex
 
 # ---------------------------------------------------------------------------------------------
 # Scoring
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k).
-
-    Computed as a product, 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms the huge
-    binomials. Needs 1 <= k <= n and 0 <= c <= n.
-    """
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    miss = 1.0
-    for i in range(n - c + 1, n + 1):
-        miss *= 1.0 - k / i
-    return 1.0 - miss
 
 
 @dataclass

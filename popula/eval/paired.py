@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 from popula.errors import PopulaError
-from popula.eval.evaluate import pass_at_k
+from popula.eval.passk import pass_at_k
 
 
 @dataclass(frozen=True)

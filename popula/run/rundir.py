@@ -33,6 +33,7 @@ import yaml
 
 from popula.config import Config
 from popula.errors import PopulaError
+from popula.league import League, Member
 from popula.run.checkpoint import Checkpoints
 
 # What a resume may change: how long the run goes on and how many checkpoints it keeps, where
@@ -315,3 +316,16 @@ class GracefulStop:
             print("\npopula: saving this step first; it takes a moment", flush=True)
         else:
             raise KeyboardInterrupt
+
+
+def best_student(run_dir: Path) -> str:
+    """The live student with the best conservative rating (mu - 3 sigma) in RUN_DIR/league.json."""
+    return live_students(run_dir)[0].name
+
+
+def live_students(run_dir: Path) -> list[Member]:
+    """The league's live students, best conservative rating first (a single agent's: its one, S0)."""
+    ranked = League.load(run_dir / "league.json").ranked("student")
+    if not ranked:
+        raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
+    return ranked
