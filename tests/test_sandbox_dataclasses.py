@@ -19,6 +19,7 @@ import pytest
 
 from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox
+from test_sandbox_determinism import STRICT_RUNS
 from test_sandbox_probes import _no_trace
 
 LIMITS = Limits(cpu_s=2, wall_s=4.0, memory_mb=256)
@@ -105,7 +106,7 @@ def _cpythons_outputs(programs: list[tuple[str, str]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with Sandbox(workers=2, limits=LIMITS, determinism_runs=24) as sb:
+    with Sandbox(workers=2, limits=LIMITS, determinism_runs=STRICT_RUNS) as sb:
         yield sb
 
 

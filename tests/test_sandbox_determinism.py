@@ -16,12 +16,15 @@ from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox
 
 
+# The probe suites' determinism runs, not the default 10, so that a coin flip passing them
+# all (2**-22 at most: bits the first two runs' complementary masks cancel meet a fair coin
+# in the 22 later runs only) never makes a test flaky; at 16 one such probe did, once.
+STRICT_RUNS = 24
+
+
 @pytest.fixture(scope="module")
 def strict():
-    """24 determinism runs, not the default 10, so that a coin flip passing them all
-    (2**-22 at most: bits the first two runs' complementary masks cancel meet a fair coin in
-    the 22 later runs only) never makes these tests flaky; at 16 one such probe did, once."""
-    with Sandbox(workers=2, limits=Limits(wall_s=1.5), determinism_runs=24) as sb:
+    with Sandbox(workers=2, limits=Limits(wall_s=1.5), determinism_runs=STRICT_RUNS) as sb:
         yield sb
 
 

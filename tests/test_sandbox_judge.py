@@ -8,6 +8,7 @@ import pytest
 
 from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox
+from test_sandbox_determinism import STRICT_RUNS
 
 
 @pytest.fixture(scope="module")
@@ -232,9 +233,7 @@ def test_a_code_i_answer_must_be_literal_arguments_and_is_never_run(sandbox, ans
 
 @pytest.fixture(scope="module")
 def strict():
-    """More determinism runs than the default's 10, so that a coin flip that passes them
-    all (probability 2**-22 at most per record here) does not make these tests flaky."""
-    with Sandbox(workers=2, limits=Limits(wall_s=1.0), determinism_runs=24) as sb:
+    with Sandbox(workers=2, limits=Limits(wall_s=1.0), determinism_runs=STRICT_RUNS) as sb:
         yield sb
 
 

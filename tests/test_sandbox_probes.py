@@ -19,6 +19,7 @@ import pytest
 
 from popula.records import TaskRecord
 from popula.sandbox import Limits, Sandbox, SandboxUnavailable
+from test_sandbox_determinism import STRICT_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 BENIGN = ROOT / "tests" / "data" / "sandbox" / "benign.jsonl"
@@ -127,7 +128,7 @@ def _no_trace(text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with Sandbox(workers=2, limits=LIMITS, determinism_runs=24) as sb:
+    with Sandbox(workers=2, limits=LIMITS, determinism_runs=STRICT_RUNS) as sb:
         yield sb
 
 

@@ -21,16 +21,15 @@ import pytest
 
 import unprivileged
 from test_sandbox_dataclasses import BENIGN_DATACLASSES, DATACLASS_COIN_FLIPS, DATACLASS_ESCAPES
-from test_sandbox_determinism import COIN_FLIPS, NOT_VALUES
+from test_sandbox_determinism import COIN_FLIPS, NOT_VALUES, STRICT_RUNS
 from test_sandbox_hostile import HOSTILE_ANSWERS
 from test_sandbox_probes import BENIGN, ESCAPES, NONDETERMINISTIC
 
 pytestmark = pytest.mark.slow
 
 # Verifies the records of a JSONL file with the sandbox on sys.path (argv[1]); prints one
-# JSON result per record, or {"unavailable": message} when the jail cannot be built. 24
-# determinism runs: a coin flip of masked bits that the first two runs' complements cancel
-# passes 2**-22 of the time (at 16 runs, 2**-14: it once did, and the verdicts differed).
+# JSON result per record, or {"unavailable": message} when the jail cannot be built; as
+# many determinism runs as the probe suites (STRICT_RUNS).
 VERIFY = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -38,7 +37,7 @@ from popula.records import TaskRecord
 from popula.sandbox import Sandbox, SandboxUnavailable
 records = [TaskRecord(**json.loads(line)) for line in open(sys.argv[2])]
 try:
-    with Sandbox(workers=2, determinism_runs=24) as sandbox:
+    with Sandbox(workers=2, determinism_runs=STRICT_RUNS) as sandbox:
         results = sandbox.verify(records)
 except SandboxUnavailable as err:
     print(json.dumps({"unavailable": str(err)}))
@@ -46,7 +45,7 @@ except SandboxUnavailable as err:
 for r in results:
     print(json.dumps({"id": r.id, "valid": r.valid, "reason": r.reason, "outputs": r.outputs,
                       "correct": r.correct, "answer_reason": r.answer_reason}))
-"""
+""".replace("STRICT_RUNS", str(STRICT_RUNS))
 
 
 def _records() -> list[dict]:

@@ -243,6 +243,19 @@ def member_adapter(run_dir: Path, member: str) -> str:
     return roster.get(member, member)
 
 
+def best_student(run_dir: Path) -> str:
+    """The live student with the best conservative rating (mu - 3 sigma) in RUN_DIR/league.json."""
+    return live_students(run_dir)[0].name
+
+
+def live_students(run_dir: Path) -> list[Member]:
+    """The league's live students, best conservative rating first (a single agent's: its one, S0)."""
+    ranked = League.load(run_dir / "league.json").ranked("student")
+    if not ranked:
+        raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
+    return ranked
+
+
 def _with_defaults(saved: Any) -> Any:
     """The saved config with the keys added to Popula since the run began, at their defaults.
 
@@ -317,15 +330,3 @@ class GracefulStop:
         else:
             raise KeyboardInterrupt
 
-
-def best_student(run_dir: Path) -> str:
-    """The live student with the best conservative rating (mu - 3 sigma) in RUN_DIR/league.json."""
-    return live_students(run_dir)[0].name
-
-
-def live_students(run_dir: Path) -> list[Member]:
-    """The league's live students, best conservative rating first (a single agent's: its one, S0)."""
-    ranked = League.load(run_dir / "league.json").ranked("student")
-    if not ranked:
-        raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
-    return ranked
