@@ -39,7 +39,7 @@ configure_waits()  # before torch loads
 import numpy as np  # noqa: E402
 
 from popula.config import load_config  # noqa: E402
-from popula.eval.evaluate import EvalSettings  # noqa: E402
+from popula.eval.settings import EvalSettings  # noqa: E402
 from popula.eval.paired import paired_difference  # noqa: E402
 from popula.eval.plots import pass_at_1_with_error  # noqa: E402
 from popula.model.base import resolve_base_model  # noqa: E402

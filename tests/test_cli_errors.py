@@ -3,6 +3,7 @@ non-zero exit code, never a traceback, and loses nothing that was there before."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -56,6 +57,42 @@ def test_every_commands_help_shows_an_example_and_cites_no_section_or_issue(comm
     text = popula(*command.split(), "--help").stdout
     assert re.search(r"^examples?:\n  popula ", text, re.M), text
     assert not re.search(r"\bsection \d|\bissue \d|§", text, re.I), text
+
+
+# A flag's mistake is refused before torch or transformers load (they take seconds to import):
+# the command's answer to a typo is immediate.
+BAD_FLAGS = [
+    (["pretrain", "--out", "never", "--layers", "0"], "--layers must be at least 1"),
+    (["pretrain", "--out", "never", "--hidden-size", "100", "--heads", "3"], "hidden_size 100 is not a multiple of heads 3"),
+    (["pretrain", "--minutes", "0"], "--minutes must be positive"),
+    (["pretrain", "--steps", "0"], "--steps must be at least 1"),
+    (["pretrain", "--programs", "0"], "--programs must be at least 1"),
+    (["eval", "runs/a", "--tasks", "nope.jsonl"], "nope.jsonl: no such task file"),
+    (["eval", "runs/a", "--tasks", "nope.jsonl", "--samples", "0"], "--samples must be at least 1"),
+    (["eval", "tiny", "--tasks", "nope.jsonl", "--top-p", "2"], "--top-p must be in (0, 1]"),
+    (["tasks", "--n", "0", "--out", "t.jsonl"], "--n must be at least 1"),
+]
+
+
+def test_a_bad_flag_is_refused_before_any_model_code_loads(tmp_path):
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from popula.cli import main\n"
+        "results = []\n"
+        f"for argv, _ in {BAD_FLAGS!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        code = main(argv)\n"
+        "    results.append((code, err.getvalue(), sorted(m for m in ('torch', 'transformers') if m in sys.modules)))\n"
+        "print(json.dumps(results))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    for (argv, says), (code, err, loaded) in zip(BAD_FLAGS, json.loads(done.stdout)):
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert loaded == [], (argv, loaded)
+    assert list(tmp_path.iterdir()) == [], "a refused command writes nothing"
 
 
 # -- popula run -------------------------------------------------------------------------------------

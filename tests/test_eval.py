@@ -29,10 +29,11 @@ from popula.adapters import AdapterStore
 from popula.apps.targets import run_adapter
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.eval.evaluate import (EvalReport, EvalSettings, TaskScore, evaluate, evaluate_adapters,
-                                  judge, pass_at_k, prepare_tasks, summarize)
+from popula.eval.evaluate import (EvalReport, TaskScore, evaluate, evaluate_adapters, judge, pass_at_k,
+                                  prepare_tasks, summarize)
 from popula.eval.correlation import rank_correlation
 from popula.eval.population import MemberEval, population_report
+from popula.eval.settings import EvalSettings
 from popula.kinds import task_types
 from popula.league import League
 from popula.lora import peft_key
@@ -363,30 +364,23 @@ def test_bad_sampling_options_are_refused(run_dir, tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does(run_dir, tmp_path):
+def test_the_vllm_engine_scores_the_run_as_the_torch_engine_does_and_json_prints_only_the_object(run_dir, tmp_path):
     pytest.importorskip("vllm")
     from popula.apps.targets import evaluate_target
 
     tasks = write_tasks(tmp_path / "tasks.jsonl")
-    via = {kind: evaluate_target(str(run_dir), tasks, engine=kind, workers=1) for kind in ("torch", "vllm")}
-    assert via["vllm"].engine == "vllm" and via["vllm"].adapter == "S1"
-    assert [(t.id, t.answered, t.correct) for t in via["vllm"].per_task] == \
-        [(t.id, t.answered, t.correct) for t in via["torch"].per_task]
-    assert via["vllm"].overall.pass_at_1 == pytest.approx(2 / 3)
-
-
-@pytest.mark.slow
-@pytest.mark.vllm
-def test_eval_json_on_the_vllm_engine_prints_nothing_but_the_json_object(run_dir, tmp_path):
-    pytest.importorskip("vllm")
-    tasks = write_tasks(tmp_path / "tasks.jsonl")
     done = subprocess.run([sys.executable, "-m", "popula", "eval", str(run_dir), "--tasks", str(tasks),
-                           "--engine", "vllm", "--workers", "1", "--json"], capture_output=True, text=True, timeout=600)
+                           "--engine", "vllm", "--workers", "1", "--json", "--per-task"],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)  # the whole of stdout: vLLM's own logs went to stderr
     assert report["engine"] == "vllm" and report["rating_pick"] == "S1"
     assert [m["member"] for m in report["members"]] == ["S1", "S0"]  # both students, one vLLM session
     assert all(m["overall"]["pass_at_1"] == pytest.approx(2 / 3) for m in report["members"])  # B = 0: the base
+    by_torch = evaluate_target(str(run_dir), tasks, adapter="S1", engine="torch", workers=1)
+    by_vllm = next(m for m in report["members"] if m["member"] == "S1")
+    assert [(t["id"], t["answered"], t["correct"]) for t in by_vllm["per_task"]] == \
+        [(t.id, t.answered, t.correct) for t in by_torch.per_task]
 
 
 # -- the population of a run --------------------------------------------------------------------

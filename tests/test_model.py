@@ -370,23 +370,6 @@ def test_cli_pretrain_writes_a_model_and_tasks_writes_held_out_tasks(tmp_path: P
     tasks = read_records(tasks_file)
     assert len(tasks) == 12 and all(len(t.outputs) == len(t.inputs) for t in tasks)
 
-    bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--minutes", "0"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--minutes" in bad.stderr
-    for flag in ("--steps", "--programs"):
-        bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", flag, "0"], capture_output=True, text=True)
-        assert bad.returncode == 2 and flag in bad.stderr
-
-
-def test_cli_pretrain_refuses_a_shape_it_cannot_build_before_building_anything(tmp_path: Path) -> None:
-    out = tmp_path / "never"
-    for flags, says in (
-        (["--layers", "0"], "--layers must be at least 1"),
-        (["--hidden-size", "100", "--heads", "3"], "hidden_size 100 is not a multiple of heads 3"),
-    ):
-        bad = subprocess.run([sys.executable, "-m", "popula", "pretrain", "--out", str(out), *flags], capture_output=True, text=True)
-        assert bad.returncode == 2 and says in bad.stderr
-    assert not out.exists()
-
 
 def test_runs_started_together_from_an_empty_cache_build_the_tiny_base_once(tmp_path, monkeypatch, capsys):
     """Two first runs (benchmarks/learning.py --jobs 2): one builds, the other waits for it."""

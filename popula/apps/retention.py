@@ -47,7 +47,8 @@ from popula.apps.targets import run_adapter
 from popula.config import load_config
 from popula.engines.base import GenerationRequest
 from popula.errors import PopulaError
-from popula.eval.evaluate import EvalSettings, context_limit, evaluate, judge
+from popula.eval.evaluate import context_limit, evaluate, judge
+from popula.eval.settings import EvalSettings
 from popula.league import League
 from popula.learner import Rollout
 from popula.model.base import resolve_base_model

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from popula.adapters import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
 from popula.config import Config, RuntimeSection, load_config
 from popula.errors import PopulaError
-from popula.eval.evaluate import EvalReport, EvalSettings, context_limit, evaluate, evaluate_adapters
+from popula.eval.evaluate import EvalReport, context_limit, evaluate, evaluate_adapters
+from popula.eval.settings import EvalSettings
 from popula.eval.population import MemberEval, PopulationReport, population_report
 from popula.model.base import resolve_base_model
 from popula.records import read_records

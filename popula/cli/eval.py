@@ -14,6 +14,8 @@ from pathlib import Path
 
 from popula.cli.help import add_command
 from popula.engines.registry import ENGINES
+from popula.errors import PopulaError
+from popula.eval.settings import EvalSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,15 +71,17 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    # the flags and the task file are checked before torch loads: a mistake costs a second, not ten
+    settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+                            max_tokens=args.max_tokens, seed=args.seed)
+    if not Path(args.tasks).is_file():
+        raise PopulaError(f"{args.tasks}: no such task file")
+
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
-    from popula.errors import PopulaError
-    from popula.eval.evaluate import EvalSettings, format_report
+    from popula.eval.evaluate import format_report
     from popula.eval.population import format_population
     from popula.apps.targets import evaluate_population, evaluate_target, is_run_dir
     from popula.run.rundir import best_student
-
-    settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
-                            max_tokens=args.max_tokens, seed=args.seed)
 
     def warn(message: str) -> None:
         print(f"popula eval: warning: {message}", file=sys.stderr)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from popula.cli.help import add_command
 from popula.errors import PopulaError
-from popula.model.recipe import TinyRecipe
+from popula.model.recipe import MARKER, TinyRecipe
 
 SHAPE_FLAGS = {
     "--hidden-size": "hidden_size",
@@ -63,12 +64,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
     from pathlib import Path
 
+    recipe = recipe_of(args)  # before torch loads: a bad flag is refused in a second, not ten
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
-    from popula.model.base import MARKER, build_tiny, tiny_path
+    from popula.model.base import build_tiny, tiny_path
 
+    out = Path(args.out) if args.out else tiny_path(recipe)
+    if not args.out and (out / MARKER).is_file() and not args.force:
+        print(f"popula pretrain: {out} already holds this recipe (use --force to rebuild)")
+        return 0
+    if out.exists() and not out.is_dir():
+        raise PopulaError(f"--out {out}: exists and is not a directory")
+    summary = build_tiny(out, recipe, max_minutes=args.minutes)
+    print(json.dumps({k: v for k, v in summary.items() if k != "recipe"}))
+    print(f"popula pretrain: saved to {out}")
+    return 0
+
+
+def recipe_of(args: argparse.Namespace) -> TinyRecipe:
+    """The recipe the flags ask for, every flag checked (PopulaError naming the first bad one)."""
     recipe = TinyRecipe()
     if args.minutes is not None and args.minutes <= 0:
         raise PopulaError(f"--minutes must be positive, got {args.minutes}")
@@ -90,14 +105,4 @@ def run(args: argparse.Namespace) -> int:
     for flag, field in SHAPE_FLAGS.items():
         if shape.get(field, 1) < 1:
             raise PopulaError(f"{flag} must be at least 1, got {shape[field]}")
-    recipe = replace(recipe, **shape)  # at once: heads must divide the final hidden size
-    out = Path(args.out) if args.out else tiny_path(recipe)
-    if not args.out and (out / MARKER).is_file() and not args.force:
-        print(f"popula pretrain: {out} already holds this recipe (use --force to rebuild)")
-        return 0
-    if out.exists() and not out.is_dir():
-        raise PopulaError(f"--out {out}: exists and is not a directory")
-    summary = build_tiny(out, recipe, max_minutes=args.minutes)
-    print(json.dumps({k: v for k, v in summary.items() if k != "recipe"}))
-    print(f"popula pretrain: saved to {out}")
-    return 0
+    return replace(recipe, **shape)  # at once: heads must divide the final hidden size

@@ -17,9 +17,7 @@ The pieces are separate so each can be used (and tested) alone:
   RUN_DIR|MODEL` needs on top: which base, engine and adapter a run directory or a model
   spec means. It sits above the run's builders; this package sits below the run loop.
 
-Sampling defaults: one sample is decoded greedily (temperature 0), so pass@1 is a
-deterministic property of the weights; several samples use temperature 0.8, the value
-HumanEval's pass@k numbers are usually quoted at.
+Sampling settings and their defaults: `popula.eval.settings.EvalSettings`.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from popula.adapters import AdapterRef
 from popula.engines.base import Engine, GenerationRequest
 from popula.errors import PopulaError
 from popula.eval.passk import pass_at_k
+from popula.eval.settings import EvalSettings
 from popula.kinds import task_types
 from popula.records import TaskRecord
 from popula.sandbox import SandboxPool
@@ -43,8 +42,6 @@ from popula.seeds import EVAL, derive_seed
 from popula.tasks.encoding import encode_prompt
 from popula.tasks.prompts import prompt_format, stop_token_ids
 
-GREEDY_TEMPERATURE = 0.0  # default for one sample per task
-SAMPLING_TEMPERATURE = 0.8  # default for several samples per task
 DEFAULT_MAX_TOKENS = {"compact": 128, "instruct": 1024}  # when no run config says otherwise
 _MIN_ANSWER_TOKENS = 8  # a prompt that leaves less room than this in the context is not attempted
 
@@ -179,35 +176,6 @@ def judge(tasks: Sequence[TaskRecord], answers: Sequence[Sequence[str | None]], 
 
 # ---------------------------------------------------------------------------------------------
 # Generation
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """How answers are sampled. `temperature=None` picks greedy for 1 sample, 0.8 for more."""
-
-    samples: int = 1
-    temperature: float | None = None
-    top_p: float = 1.0
-    # None: DEFAULT_MAX_TOKENS of the prompt format, for a run's adapter and a bare base alike,
-    # so that comparing the two compares models, not answer budgets
-    max_tokens: int | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.samples < 1:
-            raise PopulaError(f"--samples must be at least 1, got {self.samples}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise PopulaError(f"--max-tokens must be at least 1, got {self.max_tokens}")
-        if self.temperature is not None and self.temperature < 0:
-            raise PopulaError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise PopulaError(f"--top-p must be in (0, 1], got {self.top_p}")
-
-    @property
-    def sampling_temperature(self) -> float:
-        if self.temperature is not None:
-            return self.temperature
-        return GREEDY_TEMPERATURE if self.samples == 1 else SAMPLING_TEMPERATURE
 
 
 def context_limit(base_path: str | Path) -> int | None:

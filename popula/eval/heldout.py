@@ -19,7 +19,8 @@ from typing import Any
 from popula.adapters import AdapterRef
 from popula.config import HeldoutSection
 from popula.engines.base import Engine
-from popula.eval.evaluate import EvalSettings, evaluate
+from popula.eval.evaluate import evaluate
+from popula.eval.settings import EvalSettings
 from popula.sandbox import SandboxPool
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
-from popula.eval.evaluate import EvalSettings, evaluate
+from popula.eval.evaluate import evaluate
+from popula.eval.settings import EvalSettings
 from popula.model import coldstart, registry
 from popula.model.hub import check_hub_id
 from popula.model.corpus import ExampleSampler, build_pool
