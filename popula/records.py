@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, get_args
@@ -193,6 +194,20 @@ def read_records(path: str | Path) -> list[TaskRecord]:
     return records
 
 
+@contextmanager
+def task_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A task file open for reading. Failing to open or read it, inside the block too, is one
+    PopulaError naming the file: no such task file, or cannot read it. `popula eval` opens
+    it this way before its model loads, so a wrong path is refused at once."""
+    try:
+        with Path(path).open("rb") as fh:
+            yield fh
+    except FileNotFoundError:
+        raise PopulaError(f"{path}: no such task file") from None
+    except OSError as err:
+        raise PopulaError(f"{path}: cannot read task file ({err})") from None
+
+
 def scan_records(path: str | Path, max_line_bytes: int | None = None) -> list[TaskRecord | RecordFault]:
     """Each record of a JSONL task file, in order, or the fault that keeps its line from
     being one (as read_records words it): a bad line is that line's problem, and the rest
@@ -200,13 +215,8 @@ def scan_records(path: str | Path, max_line_bytes: int | None = None) -> list[Ta
     unparsed, so an oversized record costs no parsing. Only what spoils the whole file raises
     PopulaError: no such file, unreadable, or no record at all."""
     path = Path(path)
-    try:
-        with path.open("rb") as fh:
-            entries, blank = _scan(fh, str(path), max_line_bytes)
-    except FileNotFoundError:
-        raise PopulaError(f"{path}: no such task file") from None
-    except OSError as err:
-        raise PopulaError(f"{path}: cannot read task file ({err})") from None
+    with task_file(path) as fh:
+        entries, blank = _scan(fh, str(path), max_line_bytes)
     if not entries:
         what = "holds only blank lines" if blank else "is empty"
         raise PopulaError(f"{path}: no task records (the file {what}); write one JSON object per line")

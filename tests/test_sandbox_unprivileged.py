@@ -27,9 +27,9 @@ from test_sandbox_probes import BENIGN, ESCAPES, NONDETERMINISTIC
 
 pytestmark = pytest.mark.slow
 
-# Verifies the records of a JSONL file with the sandbox on sys.path (argv[1]); prints one
-# JSON result per record, or {"unavailable": message} when the jail cannot be built; as
-# many determinism runs as the probe suites (STRICT_RUNS).
+# Verifies the records of a JSONL file (argv[2]) with the sandbox on sys.path (argv[1]) and
+# argv[3] determinism runs (the probe suites' STRICT_RUNS); prints one JSON result per record,
+# or {"unavailable": message} when the jail cannot be built.
 VERIFY = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -37,7 +37,7 @@ from popula.records import TaskRecord
 from popula.sandbox import Sandbox, SandboxUnavailable
 records = [TaskRecord(**json.loads(line)) for line in open(sys.argv[2])]
 try:
-    with Sandbox(workers=2, determinism_runs=STRICT_RUNS) as sandbox:
+    with Sandbox(workers=2, determinism_runs=int(sys.argv[3])) as sandbox:
         results = sandbox.verify(records)
 except SandboxUnavailable as err:
     print(json.dumps({"unavailable": str(err)}))
@@ -45,7 +45,7 @@ except SandboxUnavailable as err:
 for r in results:
     print(json.dumps({"id": r.id, "valid": r.valid, "reason": r.reason, "outputs": r.outputs,
                       "correct": r.correct, "answer_reason": r.answer_reason}))
-""".replace("STRICT_RUNS", str(STRICT_RUNS))
+"""
 
 
 def _records() -> list[dict]:
@@ -71,7 +71,8 @@ def tasks_file() -> Path:
 
 
 def _verify(tasks: Path, *, as_root: bool, **kwargs) -> dict:
-    argv = [unprivileged.interpreter(), "-I", "-S", "-c", VERIFY, str(unprivileged.sandbox_copy()), str(tasks)]
+    argv = [unprivileged.interpreter(), "-I", "-S", "-c", VERIFY, str(unprivileged.sandbox_copy()), str(tasks),
+            str(STRICT_RUNS)]
     if as_root:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     else:

@@ -16,6 +16,7 @@ from popula.cli.help import add_command
 from popula.engines.registry import ENGINES
 from popula.errors import PopulaError
 from popula.eval.settings import EvalSettings
+from popula.records import task_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     # the flags and the task file are checked before torch loads: a mistake costs a second, not ten
     settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                             max_tokens=args.max_tokens, seed=args.seed)
-    if not Path(args.tasks).is_file():
-        raise PopulaError(f"{args.tasks}: no such task file")
+    with task_file(args.tasks):
+        pass
 
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.eval.evaluate import format_report

@@ -22,8 +22,8 @@ class EvalSettings:
     samples: int = 1
     temperature: float | None = None
     top_p: float = 1.0
-    # None: the prompt format's DEFAULT_MAX_TOKENS (popula.eval.evaluate), for a run's adapter and a bare base alike,
-    # so that comparing the two compares models, not answer budgets
+    # None: the prompt format's DEFAULT_MAX_TOKENS (popula.eval.evaluate), for a run's adapter
+    # and a bare base alike, so that comparing the two compares models, not answer budgets
     max_tokens: int | None = None
     seed: int = 0
 
