@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from multilora_generation import ALPHA, N_ADAPTERS, RANK, build_base  # noqa: E402  (this folder)
 
-from popula.adapters import AdapterStore  # noqa: E402
+from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.lora import fresh_peft_state_dict  # noqa: E402

@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.adapters import AdapterStore  # noqa: E402
+from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.runtime import resolve_runtime  # noqa: E402

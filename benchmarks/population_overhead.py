@@ -61,7 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.learner import PopulationLearner, Rollout

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from population_overhead import STUDENTS, TEACHERS, TYPES, build_base, step_prompts  # noqa: E402
 
-from popula.adapters import AdapterStore  # noqa: E402
+from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402

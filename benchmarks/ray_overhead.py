@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import population_overhead as po  # noqa: E402
 
-from popula.adapters import AdapterStore  # noqa: E402
+from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.config import LearnerConfig, LoraConfig, load_config  # noqa: E402
 from popula.run.parts.ray.workers import build_ray  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402

@@ -48,7 +48,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popula.adapters import AdapterRef, AdapterStore  # noqa: E402
+from popula.adapters import AdapterRef  # noqa: E402
+from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.config import LearnerConfig, LoraConfig  # noqa: E402
 from popula.engines.base import GenerationRequest, GenerationResult  # noqa: E402
 from popula.engines.torch_engine import TorchEngine  # noqa: E402

@@ -14,7 +14,8 @@ from peft import PeftModel
 from transformers import LlamaForCausalLM
 
 from conftest import small_llama
-from popula.adapters import AdapterStore, read_adapter
+from popula.adapters.files import read_adapter
+from popula.adapters.store import AdapterStore
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, MultiLoRAModel
 

@@ -25,8 +25,8 @@ import torch
 
 import popula.cli
 from conftest import memorising_base
-from popula.adapters import AdapterStore
-from popula.apps.targets import run_adapter
+from popula.adapters.store import AdapterStore
+from popula.run.rundir import run_adapter
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
 from popula.eval.evaluate import (EvalReport, TaskScore, evaluate, evaluate_adapters, judge, pass_at_k,

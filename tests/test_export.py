@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from popula.config import Config
 from popula.league import League
 from unprivileged import interpreter, preexec
@@ -98,3 +98,19 @@ def test_export_of_an_unknown_member_names_the_known_ones(quick_base, tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "known: S0, S1, T0" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_export_copies_an_adapter_without_loading_torch(quick_base, tmp_path):
+    """Exporting copies two files and writes a card: a user sharing an adapter waits for no
+    model code (torch, transformers, safetensors' torch reader) to import."""
+    run = trained_run(tmp_path / "run", quick_base)
+    probe = ("import json, sys\n"
+             "from popula.cli import main\n"
+             "code = main(['export', sys.argv[1], sys.argv[2]])\n"
+             "print(json.dumps([code, sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules)]))\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(run), str(tmp_path / "out")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["README.md", "adapter_config.json",
+                                                                    "adapter_model.safetensors"]

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from conftest import plain_learner, small_llama
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from popula.config import LoraConfig
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from conftest import plain_learner
 from popula.config import LoraConfig
 from popula.engines.base import GenerationRequest

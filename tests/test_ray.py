@@ -18,7 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from popula.adapters import AdapterStore  # noqa: E402
+from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.cli import main  # noqa: E402
 from popula.config import load_config  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402

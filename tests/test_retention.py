@@ -23,7 +23,7 @@ import torch
 
 import popula.cli
 from conftest import memorising_base
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from popula.league import League
 from popula.model.tokenizer import train_tokenizer
 from popula.apps.retention import EVAL_NAMESPACE, TRAIN_NAMESPACE

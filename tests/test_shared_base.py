@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from conftest import small_llama
-from popula.adapters import AdapterRef, AdapterStore
+from popula.adapters import AdapterRef
+from popula.adapters.store import AdapterStore
 from popula.config import Config
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine

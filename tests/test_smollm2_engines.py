@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from conftest import plain_learner
 from popula.config import LoraConfig
 from popula.engines import create_engine

@@ -19,7 +19,7 @@ from peft import PeftModel
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from popula.adapters import AdapterStore
+from popula.adapters.store import AdapterStore
 from popula.engines import create_engine, kv_cache
 from popula.engines.base import GenerationRequest
 from popula.engines.torch_engine import TorchEngine, sample_next

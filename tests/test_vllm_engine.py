@@ -19,7 +19,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from conftest import small_llama
-from popula.adapters import AdapterRef, AdapterStore
+from popula.adapters import AdapterRef
+from popula.adapters.store import AdapterStore
 from popula.engines import create_engine
 from popula.engines.base import GenerationRequest
 from popula.engines.vllm_engine import VLLMEngine, context_length, vllm_max_lora_rank

@@ -9,22 +9,20 @@ everywhere. Tensor keys follow the PEFT schema of `popula.lora` (`peft_key`,
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
+from popula.adapters.layout import CONFIG_FILE, WEIGHTS_FILE, base_identity, config_targets, read_config, same_base
 from popula.errors import PopulaError
 from popula.lora import find_target_linears, parse_peft_key, peft_key
 from popula.permissions import follow_umask
 
-CONFIG_FILE = "adapter_config.json"
-WEIGHTS_FILE = "adapter_model.safetensors"
 # PEFT features the multi-LoRA engines do not implement: an adapter using one is refused.
 _UNSERVED = {"use_dora": False, "rank_pattern": {}, "alpha_pattern": {}, "modules_to_save": None,
              "target_parameters": None, "layers_to_transform": None, "bias": "none"}
@@ -41,22 +39,8 @@ class LoadedAdapter:
     target_modules: tuple[str, ...]
 
 
-def base_identity(base_path: str | os.PathLike) -> str:
-    """How a base is named in adapter_config.json: as a user knows it, never by a path of this
-    machine, so that an adapter can be shared. A local directory is named by its own name (the
-    cache's `tiny-<recipe hash>`, a registry model's `smollm2-135m`), a hub id as it is."""
-    text = str(base_path)
-    p = Path(text).expanduser()
-    if p.exists():
-        return p.resolve().name
-    return p.name if p.is_absolute() or text.startswith((".", "~")) else text
 
 
-def same_base(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two base names mean the same model: the same resolved path, or the same final
-    name (a run directory or model cache moved to another machine; a hub id vs its local copy).
-    Tensor shapes are checked separately, so a renamed different architecture is still caught."""
-    return base_identity(a) == base_identity(b) or Path(str(a)).name == Path(str(b)).name
 
 
 def meta_model(base_path: str | os.PathLike) -> torch.nn.Module:
@@ -138,21 +122,8 @@ def read_adapter(path: Path, *, name: str, base_path: str | os.PathLike, max_ran
     return LoadedAdapter(state_dict, rank, float(alpha), float(scaling), targets)
 
 
-def read_config(path: Path, name: str) -> Any:
-    """The parsed adapter_config.json of PEFT directory `path` (PopulaError naming `name` when
-    it is missing or not JSON; its fields are the caller's to check)."""
-    try:
-        return json.loads((path / CONFIG_FILE).read_text())
-    except FileNotFoundError:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} is missing") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PopulaError(f"adapter {name!r} ({path}): {CONFIG_FILE} is not valid JSON ({e})") from None
 
 
-def config_targets(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """An adapter config's target modules, sorted (PEFT allows one name as a plain string)."""
-    targets = config.get("target_modules") or ()
-    return (targets,) if isinstance(targets, str) else tuple(sorted(targets))
 
 
 def _check_tensors(where: str, state_dict: Mapping[str, torch.Tensor], rank: int,

@@ -28,12 +28,12 @@ from typing import Mapping, Sequence
 
 import torch
 
-from popula.adapters.files import CONFIG_FILE, WEIGHTS_FILE, LoadedAdapter, base_lora_shapes, read_adapter, write_adapter
+from popula.adapters.files import LoadedAdapter, base_lora_shapes, read_adapter, write_adapter
+from popula.adapters.layout import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE
 from popula.adapters.ref import AdapterRef
 from popula.errors import PopulaError
 from popula.lora import DEFAULT_TARGET_MODULES, fresh_peft_state_dict, peft_key
 
-STATE_FILE = "store.json"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 

@@ -14,12 +14,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from popula.adapters import CONFIG_FILE, WEIGHTS_FILE, base_identity
+from popula.adapters import CONFIG_FILE, WEIGHTS_FILE, base_identity, read_config
 from popula.errors import PopulaError
 from popula.league import League
 from popula.run.metrics import latest_heldout
-from popula.apps.targets import is_run_dir, run_adapter
-from popula.run.rundir import best_student
+from popula.run.rundir import best_student, is_run_dir, run_adapter
 
 CARD = "README.md"
 
@@ -53,10 +52,9 @@ def export_adapter(run_dir: Path, out: Path, member: str | None = None) -> Expor
         raise PopulaError(f"{run_dir}: not a run directory (no config.yaml)")
     member = member or best_student(run_dir)
     ref = run_adapter(run_dir, member)
-    try:
-        config = json.loads((ref.path / CONFIG_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise PopulaError(f"{ref.path / CONFIG_FILE}: unreadable adapter config ({err})") from None
+    config = read_config(ref.path, ref.name)
+    if not isinstance(config, dict):
+        raise PopulaError(f"adapter {ref.name!r} ({ref.path}): {CONFIG_FILE} is not a JSON object")
     base = base_identity(config.get("base_model_name_or_path") or "")
     config["base_model_name_or_path"] = base  # a run written before names were shareable named a path
     league = League.load(run_dir / "league.json")

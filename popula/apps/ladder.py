@@ -26,7 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from popula.adapters import AdapterRef, AdapterStore
+from popula.adapters import AdapterRef
+from popula.adapters.store import AdapterStore
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest
 from popula.learner import Rollout

@@ -42,8 +42,9 @@ from typing import Any, Literal, Mapping, Sequence
 import torch
 
 from evolution import DEFAULT_MIX, OPERATORS, EvolutionError, delta_norm, format_retention_table, measure_retention
-from popula.adapters import AdapterStore, read_adapter
-from popula.apps.targets import run_adapter
+from popula.adapters.files import read_adapter
+from popula.adapters.store import AdapterStore
+from popula.run.rundir import run_adapter
 from popula.config import load_config
 from popula.engines.base import GenerationRequest
 from popula.errors import PopulaError

@@ -14,7 +14,6 @@ import them.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from contextlib import ExitStack
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from popula.adapters import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
+from popula.adapters import CONFIG_FILE, WEIGHTS_FILE, AdapterRef, config_targets, read_config
 from popula.config import Config, RuntimeSection, load_config
 from popula.errors import PopulaError
 from popula.eval.evaluate import EvalReport, context_limit, evaluate, evaluate_adapters
@@ -31,7 +30,7 @@ from popula.eval.population import MemberEval, PopulationReport, population_repo
 from popula.model.base import resolve_base_model
 from popula.records import read_records
 from popula.run.parts.builders import build_engine, build_sandbox, runtime_of
-from popula.run.rundir import best_student, live_students, member_adapter
+from popula.run.rundir import best_student, is_run_dir, live_students, run_adapter
 
 
 @dataclass
@@ -44,10 +43,6 @@ class EvalTarget:
     adapter: AdapterRef | None
     rank: int  # the adapter's LoRA rank (1 for the bare base)
     target_modules: tuple[str, ...] | None  # the adapter's target modules (None: bare base)
-
-
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (path / "config.yaml").is_file()
 
 
 def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None = None,
@@ -90,27 +85,6 @@ def resolve_target(spec: str, *, adapter: str | None = None, engine: str | None 
         info = _adapter_config(ref.path, ref.name)
         rank, targets = int(info["r"]), config_targets(info)
     return EvalTarget(spec, base, engine or "torch", ref, rank, targets)
-
-
-def run_adapter(run_dir: Path, name: str) -> AdapterRef:
-    """The latest version of adapter `name` (or of league member `name`'s adapter) in a run dir.
-
-    Read from RUN_DIR/adapters/store.json without opening an AdapterStore: opening one
-    prunes versions, which must never happen to a run that is still going.
-    """
-    root = run_dir / "adapters"
-    state_path = root / STATE_FILE
-    try:
-        latest = json.loads(state_path.read_text())["latest"]
-    except FileNotFoundError:
-        raise PopulaError(f"{state_path}: no adapter store in this run directory") from None
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise PopulaError(f"{state_path}: unreadable adapter store state ({err!r})") from None
-    adapter = name if name in latest else member_adapter(run_dir, name)
-    if adapter not in latest:
-        raise PopulaError(f"--adapter {name}: no such adapter in {root} (known: {', '.join(sorted(latest)) or 'none'})")
-    entry = latest[adapter]
-    return AdapterRef(name=adapter, version=int(entry["version"]), uid=int(entry["uid"]), path=root / adapter)
 
 
 def _snapshot(ref: AdapterRef, directory: Path) -> AdapterRef:

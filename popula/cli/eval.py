@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.eval.evaluate import format_report
     from popula.eval.population import format_population
-    from popula.apps.targets import evaluate_population, evaluate_target, is_run_dir
-    from popula.run.rundir import best_student
+    from popula.apps.targets import evaluate_population, evaluate_target
+    from popula.run.rundir import best_student, is_run_dir
 
     def warn(message: str) -> None:
         print(f"popula eval: warning: {message}", file=sys.stderr)

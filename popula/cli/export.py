@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # deferred: it reads the run through popula.run, whose imports load torch (popula.openmp)
+    # deferred: the run's modules (config, league; no torch) load when an export runs, not for every --help
     from popula.apps.export import check_export_target, export_adapter
 
     check_export_target(args.out)

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
 
-from popula.adapters import AdapterRef, read_adapter
+from popula.adapters import AdapterRef
+from popula.adapters.files import read_adapter
 from popula.engines import kv_cache
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.engines.shared import SharedWeights

@@ -7,7 +7,7 @@ Why it looks like this (docs/design.md § Pitfalls, and vLLM 0.32's own rules, c
   reloads an id it already holds, `LoRARequest` equality is by name, and the prefix cache
   is keyed by name: a new version therefore always arrives under a new id *and* a new
   name, and can never be served with the old version's weights or cached prefixes.
-- Every adapter is validated here (`popula.adapters.read_adapter`, plus module names that
+- Every adapter is validated here (`popula.adapters.files.read_adapter`, plus module names that
   must exist in this base) and then loaded with `add_lora` *before* the batch runs. A bad
   adapter is refused with a PopulaError naming it, before any request is scheduled, and
   the engine keeps serving the others: a failed `add_lora` is an RPC error, whereas a
@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from popula.adapters import AdapterRef, base_lora_shapes, meta_model, read_adapter
+from popula.adapters import AdapterRef
+from popula.adapters.files import base_lora_shapes, meta_model, read_adapter
 from popula.engines.base import GenerationRequest, GenerationResult, Sample
 from popula.errors import PopulaError
 from popula.lora import parse_peft_key

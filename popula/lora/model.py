@@ -166,7 +166,7 @@ class MultiLoRAModel(nn.Module):
         """Fill `slot` with a fresh PEFT-initialised adapter of this model's rank and alpha.
 
         Modules are initialised in sorted path order from one generator, so the same seed
-        gives the same adapter as `popula.adapters.AdapterStore.create`.
+        gives the same adapter as `popula.adapters.store.AdapterStore.create`.
         """
         self.load_slot(slot, fresh_peft_state_dict(self.lora_shapes(), self.rank, generator), alpha=self.alpha)
 

@@ -27,7 +27,9 @@ import numpy as np
 import torch
 
 from evolution import make_child, plan_replacements
-from popula.adapters import AdapterRef, AdapterStore, base_lora_shapes
+from popula.adapters import AdapterRef
+from popula.adapters.files import base_lora_shapes
+from popula.adapters.store import AdapterStore
 from popula.config import Config
 from popula.errors import PopulaError
 from popula.eval.heldout import HeldoutProbe

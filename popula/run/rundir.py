@@ -31,6 +31,7 @@ from typing import Any, Iterator
 
 import yaml
 
+from popula.adapters import STATE_FILE, AdapterRef
 from popula.config import Config
 from popula.errors import PopulaError
 from popula.league import League, Member
@@ -225,6 +226,32 @@ def _check_and_write_config(run_dir: Path, cfg: Config, resume: bool) -> None:
     tmp = config_path.with_name("config.yaml.tmp")
     tmp.write_text(cfg.to_yaml(), encoding="utf-8")
     tmp.replace(config_path)
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory: `popula run` writes its config.yaml first."""
+    return path.is_dir() and (path / "config.yaml").is_file()
+
+
+def run_adapter(run_dir: Path, name: str) -> AdapterRef:
+    """The latest version of adapter `name` (or of league member `name`'s adapter) in a run dir.
+
+    Read from RUN_DIR/adapters/store.json without opening an AdapterStore: opening one
+    prunes versions, which must never happen to a run that is still going.
+    """
+    root = run_dir / "adapters"
+    state_path = root / STATE_FILE
+    try:
+        latest = json.loads(state_path.read_text())["latest"]
+    except FileNotFoundError:
+        raise PopulaError(f"{state_path}: no adapter store in this run directory") from None
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise PopulaError(f"{state_path}: unreadable adapter store state ({err!r})") from None
+    adapter = name if name in latest else member_adapter(run_dir, name)
+    if adapter not in latest:
+        raise PopulaError(f"--adapter {name}: no such adapter in {root} (known: {', '.join(sorted(latest)) or 'none'})")
+    entry = latest[adapter]
+    return AdapterRef(name=adapter, version=int(entry["version"]), uid=int(entry["uid"]), path=root / adapter)
 
 
 def member_adapter(run_dir: Path, member: str) -> str:
