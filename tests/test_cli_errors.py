@@ -59,7 +59,7 @@ def test_every_commands_help_shows_an_example_and_cites_no_section_or_issue(comm
     assert not re.search(r"\bsection \d|\bissue \d|§", text, re.I), text
 
 
-# A flag's mistake is refused before torch or transformers load (they take seconds to import):
+# A mistyped flag or name is refused before torch or transformers load (they take seconds to import):
 # the command's answer to a typo is immediate.
 BAD_FLAGS = [
     (["pretrain", "--out", "never", "--layers", "0"], "--layers must be at least 1"),
@@ -71,6 +71,8 @@ BAD_FLAGS = [
     (["eval", "runs/a", "--tasks", "nope.jsonl", "--samples", "0"], "--samples must be at least 1"),
     (["eval", "tiny", "--tasks", "nope.jsonl", "--top-p", "2"], "--top-p must be in (0, 1]"),
     (["tasks", "--n", "0", "--out", "t.jsonl"], "--n must be at least 1"),
+    (["models", "fetch", "smollm2-135"], "'smollm2-135' is neither a registry model"),
+    (["export", "runs/none", "out"], "runs/none: not a run directory"),
 ]
 
 

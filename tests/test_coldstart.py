@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from popula.errors import PopulaError
 from popula.model import registry
 from popula.model.base import resolve_base_model
-from popula.model.coldstart import ColdStartRecipe, build_coldstart, coldstart_path, ensure_coldstart, is_coldstart_spec
+from popula.model.coldstart import ColdStartRecipe, build_coldstart, coldstart_path, ensure_coldstart
+from popula.model.registry import is_coldstart_spec
 from popula.tasks.prompts import declared_format
 
 QUICK = ColdStartRecipe(steps=3, rows=2, seq_len=256, lr=5e-3, rank=4, alpha=8, pool_tasks=20,

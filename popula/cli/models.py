@@ -43,15 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    # deferred: the cold start trains with torch, which loads only after main() has set the OpenMP waits
-    from popula.model import coldstart
-
     if args.name in registry.MODELS:
         was_cached = registry.is_cached(args.name)
         path = registry.ensure_model(args.name, force=args.force)
         state = "already cached" if was_cached and not args.force else "fetched and converted"
-    elif coldstart.is_coldstart_spec(args.name):
-        path = coldstart.coldstart_path(args.name.removesuffix(coldstart.SUFFIX), coldstart.ColdStartRecipe())
+    elif registry.is_coldstart_spec(args.name):
+        # deferred: the cold start trains with torch, which loads only after main() has set the OpenMP waits
+        from popula.model import coldstart
+
+        path = coldstart.coldstart_path(args.name.removesuffix(registry.COLDSTART_SUFFIX), coldstart.ColdStartRecipe())
         was_built = registry.model_problem(path) is None
         path = coldstart.ensure_coldstart(args.name)
         state = "already cached" if was_built else "cold-started"

@@ -202,7 +202,7 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         return path
     if spec in registry.MODELS:
         return registry.ensure_model(spec, progress=progress)
-    if coldstart.is_coldstart_spec(spec):
+    if registry.is_coldstart_spec(spec):
         return coldstart.ensure_coldstart(spec, progress=progress)
     if spec.lower().endswith(".gguf"):
         return registry.convert_local_gguf(spec, progress=progress)

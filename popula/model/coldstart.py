@@ -33,9 +33,6 @@ from popula.model.recipe import corpus_digest, corpus_mix
 from popula.model.train import PackedBatches, train
 from popula.tasks.prompts import prompt_format, write_format
 
-SUFFIX = "+coldstart"
-
-
 @dataclass(frozen=True)
 class ColdStartRecipe:
     """What the warm-up trains on and for how long; its hash (with the sources that write the
@@ -62,17 +59,13 @@ class ColdStartRecipe:
         return corpus_digest(asdict(self), self.student_mix())
 
 
-def is_coldstart_spec(spec: str) -> bool:
-    return spec.endswith(SUFFIX) and spec[: -len(SUFFIX)] in registry.MODELS
-
-
 def coldstart_path(name: str, recipe: ColdStartRecipe) -> Path:
     return registry.cache_root() / "models" / f"{name}-coldstart-{recipe.key()}"
 
 
 def ensure_coldstart(spec: str, recipe: ColdStartRecipe = ColdStartRecipe(), *, progress: bool = True) -> Path:
     """The cold-started directory for `NAME+coldstart`: fetched, trained and merged on first use."""
-    name = spec.removesuffix(SUFFIX)
+    name = spec.removesuffix(registry.COLDSTART_SUFFIX)
     registry.lookup(name)
     path = coldstart_path(name, recipe)
     if registry.model_problem(path) is None:

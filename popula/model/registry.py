@@ -103,6 +103,15 @@ def gguf_cache_path(name: str) -> Path:
     return cache_root() / "downloads" / MODELS[name].gguf_name
 
 
+COLDSTART_SUFFIX = "+coldstart"  # `NAME+coldstart`: registry model NAME after popula.model.coldstart's warm-up
+
+
+def is_coldstart_spec(spec: str) -> bool:
+    """Whether `spec` names a cold-started registry model; decided here, without the cold
+    start's training code, so that a mistyped name is refused before torch loads."""
+    return spec.endswith(COLDSTART_SUFFIX) and spec[: -len(COLDSTART_SUFFIX)] in MODELS
+
+
 def lookup(name: str) -> RegistryModel:
     try:
         return MODELS[name]
