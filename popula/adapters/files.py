@@ -39,10 +39,6 @@ class LoadedAdapter:
     target_modules: tuple[str, ...]
 
 
-
-
-
-
 def meta_model(base_path: str | os.PathLike) -> torch.nn.Module:
     """The base's module tree on the meta device: its layer shapes from config.json, no weights read."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -120,10 +116,6 @@ def read_adapter(path: Path, *, name: str, base_path: str | os.PathLike, max_ran
     _check_tensors(where, state_dict, rank, shapes)
     scaling = alpha / rank ** 0.5 if config.get("use_rslora") else alpha / rank
     return LoadedAdapter(state_dict, rank, float(alpha), float(scaling), targets)
-
-
-
-
 
 
 def _check_tensors(where: str, state_dict: Mapping[str, torch.Tensor], rank: int,

@@ -33,6 +33,7 @@ from popula.model.recipe import corpus_digest, corpus_mix
 from popula.model.train import PackedBatches, train
 from popula.tasks.prompts import prompt_format, write_format
 
+
 @dataclass(frozen=True)
 class ColdStartRecipe:
     """What the warm-up trains on and for how long; its hash (with the sources that write the
