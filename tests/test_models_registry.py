@@ -20,6 +20,7 @@ import torch
 from popula.errors import PopulaError
 from popula.model import registry
 from popula.model.base import resolve_base_model
+from popula.model.gguf_once import gguf_parsed_once
 from popula.model.registry import MODEL_MARKER, RegistryModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +47,40 @@ def test_an_unknown_name_lists_the_known_ones(private_cache):
 def test_a_missing_gguf_file_is_named(private_cache, tmp_path):
     with pytest.raises(PopulaError, match="no such GGUF file"):
         resolve_base_model(str(tmp_path / "absent.gguf"))
+
+
+def small_gguf(path: Path) -> Path:
+    """A GGUF of one tensor and a block count: enough for gguf's reader and name table."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.arange(12, dtype=np.float32).reshape(4, 3))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_inside_gguf_parsed_once_a_file_is_read_once_and_gguf_is_itself_again_after(tmp_path):
+    import gguf
+
+    path = small_gguf(tmp_path / "one.gguf")
+    before = (gguf.GGUFReader, gguf.get_tensor_name_map)
+    with pytest.raises(RuntimeError, match="inside"):
+        with gguf_parsed_once():
+            reader = gguf.GGUFReader(path)
+            assert gguf.GGUFReader(str(path)) is reader  # the same file by another spelling: no second parse
+            assert [t.name for t in reader.tensors] == ["token_embd.weight"]
+            assert reader.tensors[0].data.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+            table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+            assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+            assert table.get_name("model.layers.1.self_attn.q_proj") == "blk.1.attn_q"
+            raise RuntimeError("an error inside")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == before
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
 
 
 def test_an_unreadable_gguf_fails_clearly_and_leaves_no_model(private_cache, tmp_path):

@@ -98,14 +98,19 @@ def make_base(path: Path, hidden: int, layers: int) -> Path:
     return path
 
 
-def probe(base: Path, mode: str) -> dict:
+def probes(*runs: tuple[Path, str]) -> list[dict]:
+    """Run memory_probe.py once per (base, mode), all at once: each measures its own process's
+    peak, so they need not wait for one another (one torch thread each, for 2 cores)."""
     # A script's sys.path starts at its own directory: the checkout goes on PYTHONPATH, so the
     # probe imports this tree's popula whether or not (or wherever) the package is installed.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROBE.parent.parent), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, str(PROBE), str(base), mode], capture_output=True, text=True, timeout=600,
-                         env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(PROBE.parent.parent), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, str(PROBE), str(base), mode], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for base, mode in runs]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc peak-RSS accounting")
@@ -115,9 +120,8 @@ def test_a_runs_peak_memory_holds_one_copy_of_the_base(tmp_path):
     about one base; building engine and learner separately (the old way) costs two."""
     big = make_base(tmp_path / "big", hidden=1024, layers=4)
     small = make_base(tmp_path / "small", hidden=64, layers=1)
-    overhead = probe(small, "shared")
-    overhead = overhead["run_peak"] - overhead["before"]
-    shared, separate = probe(big, "shared"), probe(big, "separate")
+    small_run, shared, separate = probes((small, "shared"), (big, "shared"), (big, "separate"))
+    overhead = small_run["run_peak"] - small_run["before"]
     weights = shared["weights"]
     one = (shared["run_peak"] - shared["before"] - overhead) / weights
     two = (separate["run_peak"] - separate["before"] - overhead) / weights

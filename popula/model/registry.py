@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from popula.errors import PopulaError
+from popula.model.gguf_once import gguf_parsed_once
 from popula.permissions import follow_umask
 from popula.tasks.prompts import write_format
 
@@ -277,10 +278,11 @@ def convert_gguf(gguf: Path, out: Path, *, source: dict[str, Any] | None = None,
 
     gguf = Path(gguf)
     if progress:
-        print(f"popula models: converting {gguf.name} to a Hugging Face model directory (once; about a minute)", file=sys.stderr)
+        print(f"popula models: converting {gguf.name} to a Hugging Face model directory (once; under a minute)", file=sys.stderr)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with gguf_parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     except ImportError as err:
         raise PopulaError(f"{gguf}: reading GGUF needs the `gguf` package ({err}); run `pip install gguf` or scripts/setup.sh") from None
     except (OSError, ValueError, RuntimeError, KeyError) as err:
