@@ -107,7 +107,13 @@ def probes(*runs: tuple[Path, str]) -> list[dict]:
            "PYTHONPATH": os.pathsep.join([str(PROBE.parent.parent), os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, str(PROBE), str(base), mode], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for base, mode in runs]
-    outs = [p.communicate(timeout=600) for p in procs]
+    try:
+        outs = [p.communicate(timeout=600) for p in procs]
+    finally:  # as subprocess.run does on a timeout: no probe outlives the test
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
