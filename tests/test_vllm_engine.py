@@ -9,9 +9,12 @@ learner update would, so every adapter computes a different function.
 from __future__ import annotations
 
 import json
+import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -68,20 +71,51 @@ def peft_logprobs(base: Path, adapter: Path | None, prompt: list[int], completio
     return torch.log_softmax(logits / temperature, dim=-1)
 
 
+@dataclass
+class Started:
+    """One engine serving a store of three trained adapters, and the process's global random
+    state just before and just after the engine started."""
+
+    base: Path
+    store: AdapterStore
+    engine: VLLMEngine
+    rng_before: tuple
+    rng_after: tuple
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """The base, a store with three trained adapters, and one engine serving them all."""
+def started(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
     base = make_base(root / "base")
     store = AdapterStore(root / "adapters", base, rank=RANK, alpha=16.0, seed=1)
     for i, name in enumerate(("t0", "s0", "s1")):
         store.create(name)
         updated(store, name, seed=10 + i)
+    random.seed(1234)
+    rng_before = random.getstate(), torch.get_rng_state()
     engine = create_engine("vllm", base, max_adapters=4, max_rank=RANK, seed=0, dtype=torch.float32,
                            max_model_len=256, kv_cache_gib=0.25, max_num_seqs=32)
     assert isinstance(engine, VLLMEngine)
-    yield base, store, engine
+    yield Started(base, store, engine, rng_before, (random.getstate(), torch.get_rng_state()))
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def world(started):
+    """The base, the store and the engine serving them all."""
+    return started.base, started.store, started.engine
+
+
+def test_starting_the_engine_leaves_the_callers_random_state_as_it_was(started):
+    # vLLM seeds the global generators of the process its scheduler runs in, which is this one
+    assert started.rng_after[0] == started.rng_before[0]
+    assert torch.equal(started.rng_after[1], started.rng_before[1])
+
+
+def test_on_a_cpu_the_engine_starts_one_process_of_its_own_the_model_worker(started):
+    # the scheduler runs in this process; each process vLLM spawns imports vLLM again (~20 s)
+    spawned = [p for p in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(p.cmdline())]
+    assert len(spawned) == 1, [p.cmdline() for p in spawned]
 
 
 def greedy(prompt: list[int], adapter: AdapterRef | None, max_tokens: int = 6, **kw) -> GenerationRequest:
