@@ -8,6 +8,7 @@ quickly built tiny base (as test_run_e2e does).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -132,11 +133,24 @@ def steps_of(out: Path) -> list[int]:
     return [r["step"] for r in read_metrics(out / "metrics.jsonl")]
 
 
+@pytest.fixture(scope="module")
+def one_step_run(quick_base, tmp_path_factory) -> Path:
+    """A run directory after its first step, made once for this module's runs."""
+    out = tmp_path_factory.mktemp("lock") / "run"
+    assert subprocess.run(popula_run(quick_base, out, 1), capture_output=True).returncode == 0
+    return out
+
+
+@pytest.fixture()
+def run_at_step_1(one_step_run, tmp_path) -> Path:
+    """A copy of the one-step run for one test to resume (a run directory names no path of its own)."""
+    return Path(shutil.copytree(one_step_run, tmp_path / "run"))
+
+
 @pytest.mark.slow
 def test_two_resumes_started_together_one_runs_the_other_exits_2_and_every_step_is_written_once(
-        quick_base, tmp_path):
-    out = tmp_path / "run"
-    assert subprocess.run(popula_run(quick_base, out, 1), capture_output=True).returncode == 0
+        quick_base, run_at_step_1):
+    out = run_at_step_1
     procs = [subprocess.Popen(popula_run(quick_base, out, 3, "--resume"), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errs = [p.communicate(timeout=600)[1] for p in procs]
@@ -149,9 +163,8 @@ def test_two_resumes_started_together_one_runs_the_other_exits_2_and_every_step_
 
 
 @pytest.mark.slow
-def test_a_resume_waits_for_no_one_after_a_kill_9_of_the_holder_and_writes_each_step_once(quick_base, tmp_path):
-    out = tmp_path / "run"
-    assert subprocess.run(popula_run(quick_base, out, 1), capture_output=True).returncode == 0
+def test_a_resume_waits_for_no_one_after_a_kill_9_of_the_holder_and_writes_each_step_once(quick_base, run_at_step_1):
+    out = run_at_step_1
     holder = subprocess.Popen(popula_run(quick_base, out, 100_000, "--resume"), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
