@@ -73,6 +73,8 @@ BAD_FLAGS = [
     (["tasks", "--n", "0", "--out", "t.jsonl"], "--n must be at least 1"),
     (["models", "fetch", "smollm2-135"], "'smollm2-135' is neither a registry model"),
     (["export", "runs/none", "out"], "runs/none: not a run directory"),
+    (["run", str(ROOT / "configs/tiny-cpu.yaml"), "--out", "r", "--set", "base_model=./no-model"],
+     "base_model './no-model': no such model directory"),
 ]
 
 

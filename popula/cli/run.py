@@ -11,6 +11,7 @@ from popula.cli.exits import INTERRUPTED
 from popula.cli.help import add_command
 from popula.config import load_config
 from popula.kinds import task_types
+from popula.model.spec import check_base_model
 from popula.run.rundir import RunDirLock, check_run_dir, resume_point
 
 
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     resume = args.resume is not None
     # every argument is checked before anything loads or waits (a model build, a Ray cluster)
     check_run_dir(run_dir, resume)
+    check_base_model(cfg.base_model)
     step = None if args.resume in (None, "latest") else args.resume
     if resume:
         start = resume_point(run_dir, step)

@@ -27,10 +27,10 @@ from popula.errors import PopulaError
 from popula.eval.evaluate import evaluate
 from popula.eval.settings import EvalSettings
 from popula.model import coldstart, registry
-from popula.model.hub import check_hub_id
 from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.recipe import MARKER, TinyRecipe
 from popula.model.shipped import install_shipped
+from popula.model.spec import TINY, local_or_hub
 from popula.model.registry import cache_root
 from popula.model.tokenizer import train_tokenizer
 from popula.permissions import follow_umask
@@ -40,7 +40,6 @@ from popula.seeds import BUILD_HELDOUT, derive_seed
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 from popula.tasks.prompts import CompactFormat, write_format
 
-TINY = "tiny"
 
 
 def tiny_path(recipe: TinyRecipe) -> Path:
@@ -185,10 +184,8 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
     after Popula's supervised warm-up, built once: popula/model/coldstart.py), a `.gguf` file (converted once), a
     local directory, or a hub id.
 
-    A spec that looks like a path (starts with `/`, `.` or `~`, or exists) must be a readable
-    model directory; anything else of the form `org/name` is taken as a Hugging Face id and
-    returned as is (transformers and vLLM resolve it, from their local cache on offline
-    machines).
+    A local directory is returned as a Path, a hub id as is (transformers and vLLM resolve it,
+    from their local cache on offline machines), both checked by `popula.model.spec.local_or_hub`.
     """
     if spec == TINY:
         recipe = recipe or TinyRecipe()
@@ -206,20 +203,7 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
         return coldstart.ensure_coldstart(spec, progress=progress)
     if spec.lower().endswith(".gguf"):
         return registry.convert_local_gguf(spec, progress=progress)
-    looks_local = spec.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(spec))
-    if looks_local:
-        path = Path(spec).expanduser()
-        if not path.is_dir():
-            raise PopulaError(f"base_model {spec!r}: no such model directory")
-        if not (path / "config.json").is_file():
-            raise PopulaError(f"base_model {spec!r}: {path / 'config.json'} is missing, so this is not a Hugging Face model directory")
-        if not os.access(path / "config.json", os.R_OK):
-            raise PopulaError(f"base_model {spec!r}: {path / 'config.json'} is not readable")
-        return path
-    if spec.count("/") != 1 or not all(spec.split("/")):
-        raise PopulaError(f"base_model {spec!r}: expected `tiny`, a registry model ({', '.join(sorted(registry.MODELS))}, each also as NAME+coldstart), a .gguf file, a model directory, or a Hugging Face id like Qwen/Qwen2.5-Coder-1.5B-Instruct")
-    check_hub_id(spec)
-    return spec
+    return local_or_hub(spec)
 
 
 def _install_or_build(path: Path, recipe: TinyRecipe, progress: bool) -> None:
