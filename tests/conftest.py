@@ -5,11 +5,15 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-import pytest
-import torch
+from popula.openmp import configure_waits
 
-from popula.model.base import resolve_base_model
-from popula.model.recipe import TinyRecipe
+configure_waits()  # as `popula` does, before torch loads: a busy machine would slow the suite's torch 10x or more
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from popula.model.base import resolve_base_model  # noqa: E402
+from popula.model.recipe import TinyRecipe  # noqa: E402
 
 # A tiny base built in seconds: it proposes almost nothing valid, but it is a real
 # Hugging Face model of the real recipe, enough to drive every component of a run.
