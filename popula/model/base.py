@@ -41,7 +41,6 @@ from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
 from popula.tasks.prompts import CompactFormat, write_format
 
 
-
 def tiny_path(recipe: TinyRecipe) -> Path:
     return cache_root() / f"tiny-{recipe.digest()}"
 
