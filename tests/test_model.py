@@ -14,7 +14,8 @@ import torch
 
 from popula.errors import PopulaError
 from popula.kinds.code_f import simplest_program
-from popula.model.base import MARKER, load_base, resolve_base_model, tiny_path
+from popula.model.base import MARKER, RESOLVERS, load_base, resolve_base_model, tiny_path
+from popula.model.spec import BUILT_KINDS, PATH, kind_of
 from popula.model.corpus import ExampleSampler, as_type
 from popula.model.recipe import TinyRecipe
 from popula.model.tokenizer import train_tokenizer
@@ -287,6 +288,13 @@ def test_load_base_by_spec_and_path(cache) -> None:
     _, path = cache
     model, tok = load_base(str(path))
     assert not model.training and tok.pad_token_id is not None
+
+
+def test_every_kind_of_base_has_one_resolver() -> None:
+    """A new kind of base is one entry in spec.BUILT_KINDS and one in base.RESOLVERS."""
+    assert set(RESOLVERS) == set(BUILT_KINDS) | {PATH}
+    specs = ("tiny", "smollm2-135m", "smollm2-135m+coldstart", "model.GGUF", "org/name", "/a/model/dir")
+    assert [kind_of(spec) for spec in specs] == ["tiny", "registry", "coldstart", "gguf", PATH, PATH]
 
 
 def test_missing_or_unreadable_model_paths_are_clear_errors(tmp_path: Path) -> None:

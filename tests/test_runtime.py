@@ -51,13 +51,10 @@ def test_bad_runtime_values_are_refused_naming_the_key(override, message):
 
 @pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
-def test_cuda_without_a_gpu_exits_2_with_a_message_before_any_model_loads(device, tmp_path, capsys):
+def test_cuda_without_a_gpu_exits_2_with_a_message_before_any_model_loads(device, tmp_path, weightless_base, capsys):
     out = tmp_path / "run"
-    # a model directory without weights: the runtime is refused before the base would be loaded
-    (tmp_path / "weightless").mkdir()
-    (tmp_path / "weightless" / "config.json").write_text("{}")
     code = main(["run", "configs/tiny-cpu.yaml", "--out", str(out), "--set", f"runtime.device={device}",
-                 "--set", f"base_model={tmp_path / 'weightless'}"])
+                 "--set", f"base_model={weightless_base}"])
     assert code == 2
     err = capsys.readouterr().err
     assert f"runtime.device: '{device}' asks for a GPU, but torch sees none on this machine" in err

@@ -20,7 +20,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from popula.engines.torch_engine import TorchEngine
 from popula.errors import PopulaError
@@ -30,7 +30,7 @@ from popula.model import coldstart, registry
 from popula.model.corpus import ExampleSampler, build_pool
 from popula.model.recipe import MARKER, TinyRecipe
 from popula.model.shipped import install_shipped
-from popula.model.spec import TINY, local_or_hub
+from popula.model.spec import PATH, kind_of, local_or_hub
 from popula.model.registry import cache_root
 from popula.model.tokenizer import train_tokenizer
 from popula.permissions import follow_umask
@@ -185,24 +185,31 @@ def resolve_base_model(spec: str, *, recipe: TinyRecipe | None = None, progress:
 
     A local directory is returned as a Path, a hub id as is (transformers and vLLM resolve it,
     from their local cache on offline machines), both checked by `popula.model.spec.local_or_hub`.
+    `recipe` (default: the shipped one) applies to `tiny` only.
     """
-    if spec == TINY:
-        recipe = recipe or TinyRecipe()
-        path = tiny_path(recipe)
-        if not (path / MARKER).is_file():
-            # runs started together from an empty cache (benchmarks/learning.py --jobs 2): one
-            # builds, the others wait for it and then find it built
-            with registry.locked(path.name, waiting=f"another process is building the tiny base {path}; waiting for it"):
-                if not (path / MARKER).is_file():  # else the process this one waited for built it
-                    _install_or_build(path, recipe, progress)
-        return path
-    if spec in registry.MODELS:
-        return registry.ensure_model(spec, progress=progress)
-    if registry.is_coldstart_spec(spec):
-        return coldstart.ensure_coldstart(spec, progress=progress)
-    if spec.lower().endswith(".gguf"):
-        return registry.convert_local_gguf(spec, progress=progress)
-    return local_or_hub(spec)
+    return RESOLVERS[kind_of(spec)](spec, recipe, progress)
+
+
+def _ensure_tiny(spec: str, recipe: TinyRecipe | None, progress: bool) -> Path:
+    recipe = recipe or TinyRecipe()
+    path = tiny_path(recipe)
+    if not (path / MARKER).is_file():
+        # runs started together from an empty cache (benchmarks/learning.py --jobs 2): one
+        # builds, the others wait for it and then find it built
+        with registry.locked(path.name, waiting=f"another process is building the tiny base {path}; waiting for it"):
+            if not (path / MARKER).is_file():  # else the process this one waited for built it
+                _install_or_build(path, recipe, progress)
+    return path
+
+
+# One resolver per kind of base (popula.model.spec.kind_of): (spec, tiny recipe, progress) -> where it lives.
+RESOLVERS: dict[str, Callable[[str, TinyRecipe | None, bool], Path | str]] = {
+    "tiny": _ensure_tiny,
+    "registry": lambda spec, recipe, progress: registry.ensure_model(spec, progress=progress),
+    "coldstart": lambda spec, recipe, progress: coldstart.ensure_coldstart(spec, progress=progress),
+    "gguf": lambda spec, recipe, progress: registry.convert_local_gguf(spec, progress=progress),
+    PATH: lambda spec, recipe, progress: local_or_hub(spec),
+}
 
 
 def _install_or_build(path: Path, recipe: TinyRecipe, progress: bool) -> None:

@@ -10,17 +10,29 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from popula.errors import PopulaError
 from popula.model import registry
 from popula.model.hub import check_hub_id
 
 TINY = "tiny"
+PATH = "path"
+
+# The kinds of base that are built or fetched on first use, tried in this order; a spec of
+# none of them is a PATH: a model directory or a hub id. Each kind has its resolver in
+# popula.model.base.RESOLVERS (a test holds the two to the same kinds).
+BUILT_KINDS: dict[str, Callable[[str], bool]] = {
+    "tiny": lambda spec: spec == TINY,
+    "registry": lambda spec: spec in registry.MODELS,
+    "coldstart": registry.is_coldstart_spec,
+    "gguf": lambda spec: spec.lower().endswith(".gguf"),
+}
 
 
-def built_on_first_use(spec: str) -> bool:
-    """Whether `spec` is the tiny base, a registry model, its cold start or a GGUF file."""
-    return spec == TINY or spec in registry.MODELS or registry.is_coldstart_spec(spec) or spec.lower().endswith(".gguf")
+def kind_of(spec: str) -> str:
+    """Which kind of base `spec` names: a key of BUILT_KINDS, else PATH."""
+    return next((kind for kind, names_it in BUILT_KINDS.items() if names_it(spec)), PATH)
 
 
 def local_or_hub(spec: str) -> Path | str:
@@ -48,5 +60,5 @@ def local_or_hub(spec: str) -> Path | str:
 
 def check_base_model(spec: str) -> None:
     """PopulaError naming what is wrong with `spec`, found without loading or building anything."""
-    if not built_on_first_use(spec):
+    if kind_of(spec) == PATH:
         local_or_hub(spec)
