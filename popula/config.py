@@ -229,6 +229,27 @@ class LearnerConfig(_Section):
         return self.kl_coef > 0 or bool(self.student_kl_coef)
 
 
+class ProbeSettings(_Section):
+    """A fixed set of generated tasks that training never sees (the generator's held-out stream,
+    by seed) and how the students answer it: what the held-out trend and evolution's `probe`
+    fitness both measure (popula.eval.heldout.TaskProbe)."""
+
+    tasks: int = Field(300, ge=1, description="generated held-out tasks (the generator's held-out stream)")
+    seed: int = Field(987_654, ge=0, description="the set's seed (its stream is apart from training's)")
+    samples: int = Field(4, ge=1, description="answers per task: pass@1 and pass@k with k = samples")
+    temperature: float = Field(0.8, ge=0)
+    max_tokens: int = Field(96, ge=1, description="answer tokens")
+
+
+class SelectionProbe(ProbeSettings):
+    """The tasks evolution's `probe` fitness ranks students on: a seed of their own, so the
+    held-out trend (heldout.seed) and any report set stay untouched by the selection."""
+
+    tasks: int = Field(100, ge=1, description="generated tasks each live student answers at an evolution step")
+    seed: int = Field(31_337, ge=0, description="the selection set's seed; never a set results are reported on")
+    samples: int = Field(2, ge=1, description="answers per task (pass@1 is their mean)")
+
+
 class EvolutionSection(_Section):
     """When and how weight-space evolution replaces the weakest (evolution.EvolutionConfig)."""
 
@@ -244,6 +265,12 @@ class EvolutionSection(_Section):
     min_age: int = Field(
         20, ge=0, description="steps a member trains after its birth before it may be replaced (PBT readiness)"
     )
+    fitness: Literal["rating", "probe"] = Field(
+        "rating", description="what ranks students for replacement and as parents: 'rating' (the league's "
+                              "mu - 3 sigma) or 'probe' (pass@1 on evolution.probe's tasks, measured at each "
+                              "evolution step, as population-based training ranks by a validation score). "
+                              "Teachers are ranked by rating either way")
+    probe: SelectionProbe = SelectionProbe()
 
     def build(self, seed: int):
         """The evolution package's own config (which checks operator names)."""
@@ -288,7 +315,7 @@ class RunConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept; older ones are deleted")
 
 
-class HeldoutSection(_Section):
+class HeldoutSection(ProbeSettings):
     """A held-out pass@k trend while the run trains (popula.eval.heldout): every `every` steps, and
     at the last, each live student answers one fixed set of generated tasks that training never
     sees. Off by default: 300 tasks x 4 samples cost about 12 s a student on 2 cores. The
@@ -296,11 +323,6 @@ class HeldoutSection(_Section):
     figure that benchmark reports."""
 
     every: int = Field(0, ge=0, description="score the live students every N steps and at the last step; 0: never")
-    tasks: int = Field(300, ge=1, description="generated held-out tasks (the generator's held-out stream)")
-    seed: int = Field(987_654, ge=0, description="the held-out set's seed (its stream is apart from training's)")
-    samples: int = Field(4, ge=1, description="answers per task: pass@1 and pass@k with k = samples")
-    temperature: float = Field(0.8, ge=0)
-    max_tokens: int = Field(96, ge=1, description="answer tokens")
 
 
 class RaySection(_Section):
@@ -415,6 +437,16 @@ class Config(_Section):
             raise ValueError(
                 f"evolution.replace_bottom={e.replace_bottom} would replace every member of a role "
                 f"({p.teachers} teachers, {p.students} students) and leave no parents"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _selection_apart_from_the_trend(self) -> "Config":
+        e, h = self.evolution, self.heldout
+        if e.enabled and e.fitness == "probe" and h.every > 0 and e.probe.seed == h.seed:
+            raise ValueError(
+                f"evolution.probe.seed={e.probe.seed} is heldout.seed: the held-out trend would be measured "
+                "on the tasks evolution selects by; give evolution.probe.seed another value"
             )
         return self
 

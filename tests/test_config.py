@@ -95,6 +95,21 @@ def test_unknown_evolution_operator_is_named():
         cfg.evolution.build(seed=0)
 
 
+def test_evolution_ranks_by_rating_unless_told_to_rank_students_by_a_probe_of_its_own():
+    assert Config().evolution.fitness == "rating"
+    cfg = load_config(None, ["evolution.fitness=probe", "heldout.every=10"])
+    assert (cfg.evolution.probe.tasks, cfg.evolution.probe.samples) == (100, 2)
+    assert cfg.evolution.probe.seed != cfg.heldout.seed
+
+
+def test_selecting_on_the_held_out_trend_s_own_tasks_is_refused():
+    with pytest.raises(PopulaError, match="evolution.probe.seed=5 is heldout.seed"):
+        load_config(None, ["evolution.fitness=probe", "evolution.probe.seed=5", "heldout.every=10", "heldout.seed=5"])
+    # no trend, or no selection by probe: nothing is measured on a shared set
+    load_config(None, ["evolution.fitness=probe", "evolution.probe.seed=5", "heldout.seed=5"])
+    load_config(None, ["evolution.probe.seed=5", "heldout.every=10", "heldout.seed=5"])
+
+
 def test_the_defaults_are_what_the_shipped_tiny_base_config_sets():
     assert load_config(None) == load_config(CONFIGS / "tiny-cpu.yaml")
     learner = Config().learner

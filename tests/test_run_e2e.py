@@ -159,6 +159,28 @@ def test_the_heldout_probe_scores_the_live_students_and_leaves_training_alone(ba
     assert [{k: r[k] for k in same} for r in probed] == [{k: r[k] for k in same} for r in plain]
 
 
+def test_evolution_by_probe_replaces_the_student_that_scored_lowest_on_its_own_tasks(base, tmp_path):
+    """evolution.fitness=probe: at each evolution step every live student answers the selection
+    set, and the one with the lowest pass@1 (ties by name) is the student replaced."""
+    out = tmp_path / "probe"
+    sets = ["--set=evolution.fitness=probe", "--set=evolution.probe.tasks=6", "--set=evolution.probe.samples=2"]
+    assert main(args(base, out, 3, *sets)) == 0
+    rows = read_metrics(out / "metrics.jsonl")
+    # evolution every step (SMALL), never at the run's last
+    assert ["selection" in r for r in rows] == [True, True, False]
+    alive = {"S0", "S1"}
+    for row in rows[:2]:
+        selection = row["selection"]
+        assert (selection["tasks"], selection["samples"]) == (6, 2)
+        assert set(selection["students"]) == alive
+        pass1 = {m: s["pass1"] for m, s in selection["students"].items()}
+        [replaced] = [e for e in row["evolved"] if e["role"] == "student"]
+        assert replaced["replaced"] == min(pass1, key=lambda m: (pass1[m], m))
+        assert replaced["parents"] == [m for m in alive if m != replaced["replaced"]]
+        assert "selection_s" in row["phases"]
+        alive = alive - {replaced["replaced"]} | {replaced["child"]}
+
+
 def test_resuming_with_another_config_is_refused_and_changes_nothing(base, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(args(base, out, 1)) == 0

@@ -32,7 +32,7 @@ from popula.adapters.files import base_lora_shapes
 from popula.adapters.store import AdapterStore
 from popula.config import Config
 from popula.errors import PopulaError
-from popula.eval.heldout import HeldoutProbe
+from popula.eval.heldout import HeldoutProbe, TaskProbe
 from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
 from popula.metric_sinks import SinkContext, check_sinks, open_sinks
@@ -175,6 +175,9 @@ class PopulationRun:
                              PlaySettings.from_config(cfg, context=context_of(cfg, self.base_path)))
         self.heldout = (HeldoutProbe(cfg.heldout, cfg.run.steps, self.engine, self.tokenizer, self.sandbox,
                                      cfg.sandbox.workers) if cfg.heldout.every > 0 else None)
+        # evolution.fitness: probe ranks students by pass@1 on a set of their own (a seed apart from the trend's)
+        self.selection = (TaskProbe(cfg.evolution.probe, self.engine, self.tokenizer, self.sandbox, cfg.sandbox.workers)
+                          if self.evolution is not None and cfg.evolution.fitness == "probe" else None)
         if resume:
             self.step = self._restore()
         else:
@@ -330,15 +333,23 @@ class PopulationRun:
         retention = ([] if self.evolution is None
                      else record_early_rewards(self.league, game, step, self.evolution.min_age))
         self._add_to_buffer(step, game)
-        evolved = self._evolve(step)
+        t0 = time.perf_counter()
+        selection = self._selection_scores(step)
+        selection_s = time.perf_counter() - t0
+        evolved = self._evolve(step, selection)
         self.league.save(self.run_dir / "league.json")
         phases = {"play_s": play_s, "verify_s": game.verify_s, "update_s": update_s}
+        if selection is not None:
+            phases["selection_s"] = selection_s
         t0 = time.perf_counter()
         heldout = self._probe_heldout(step)
         if heldout is not None:
             phases["heldout_s"] = time.perf_counter() - t0
         row = step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start, phases=phases,
                        matches=records, retention=retention, heldout=heldout)
+        if selection is not None:
+            row["selection"] = {"tasks": len(self.selection.tasks), "samples": self.selection.samples,
+                                "students": selection}
         if self.ratchet is not None:
             row["reference_tilt"] = self.buffer.tilt  # the tilt this step's references were drawn with
             self.buffer.tilt = self.ratchet.next_tilt(self.buffer.tilt, row["valid_rate"])
@@ -387,16 +398,31 @@ class PopulationRun:
             rhos = [float(np.mean(list(p.rhos.values()))) if p.rhos else None for p in props]
             self.buffer.add([p.task for p in props], step=step, teacher=teacher, rhos=rhos)
 
-    def _evolve(self, step: int) -> list[dict[str, Any]]:
-        """Every K steps replace the weakest of each role by children of stronger members.
+    def _selection_scores(self, step: int) -> dict[str, dict[str, float]] | None:
+        """The live students on evolution's probe set, at an evolution step where one of them may
+        be replaced (`evolution.fitness: probe`); None otherwise, and nothing is measured."""
+        if self.selection is None or not self._evolves_at(step):
+            return None
+        students = self.league.alive("student")
+        if not any(m.age(step) >= self.evolution.min_age for m in students):
+            return None
+        self.store.flush()  # an engine that loads a version from its files finds them written
+        return self.selection.score({m.name: self.store.latest(self.roster.adapter_of[m.name]) for m in students})
 
-        Not at the run's last configured step: a child born there would never train, yet it
+    def _evolves_at(self, step: int) -> bool:
+        """Not at the run's last configured step: a child born there would never train, yet it
         would be handed to the user as a live member (and be scored, ranked and evaluated as
-        one) in place of a member that had trained all run.
-        """
-        if self.evolution is None or step >= self.cfg.run.steps:
+        one) in place of a member that had trained all run."""
+        return self.evolution is not None and self.evolution.due(step) and step < self.cfg.run.steps
+
+    def _evolve(self, step: int, selection: dict[str, dict[str, float]] | None) -> list[dict[str, Any]]:
+        """Every K steps replace the weakest of each role by children of stronger members, ranked
+        by conservative rating, or students by `selection`'s pass@1 when it was measured."""
+        if not self._evolves_at(step):
             return []
         scores = {role: {m.name: m.conservative for m in self.league.alive(role)} for role in ("teacher", "student")}
+        if selection is not None:
+            scores["student"] = {name: s["pass1"] for name, s in selection.items()}
         ages = {m.name: m.age(step) for role in ("teacher", "student") for m in self.league.alive(role)}
         evolved = []
         for plan in plan_replacements(step, scores, self.evolution, ages):
