@@ -1,6 +1,6 @@
 """A settings ladder read from its runs: each rung's probe, exploration and curriculum beside the last.
 
-    python3 benchmarks/settings_ladder.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--window 10]
+    python3 benchmarks/settings_ladder.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--window 10] [--until STEP]
 
 Why: settings are chosen by a short ladder on the tuning set (one seed, few steps, each rung one
 change on the one before), and the report is made afterwards on a held-out set no rung has seen.
@@ -16,6 +16,8 @@ the same probe set (refused otherwise). Printed per rung, in the order given:
   groups whose rewards differ (`signal_groups`), AST depth and distinct forms of valid tasks,
   the students' training solve rate;
 - the mean step time with the probe's time left out.
+`--until STEP` reads every run only up to that step, so rungs that ran on for different
+lengths are judged over the same steps (a rule fixed at the last probe they all reached).
 The last line is one JSON object of the figures.
 """
 
@@ -97,6 +99,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("rungs", nargs="+", metavar="LABEL=RUN_DIR")
     parser.add_argument("--window", type=int, default=10, help="steps averaged for the first and last figures")
+    parser.add_argument("--until", type=int, default=None, metavar="STEP",
+                        help="read every run up to this step only (default: all its steps)")
     args = parser.parse_args()
     try:
         rungs = {}
@@ -107,7 +111,8 @@ def main() -> None:
             metrics = Path(path) / "metrics.jsonl"
             if not metrics.is_file():
                 raise PopulaError(f"{metrics}: no such file; give a `popula run` directory")
-            rungs[label] = read_metrics(metrics)
+            rows = read_metrics(metrics)
+            rungs[label] = [row for row in rows if args.until is None or row["step"] <= args.until]
         result = ladder(rungs, args.window)
     except PopulaError as exc:
         sys.exit(f"settings_ladder: {exc}")

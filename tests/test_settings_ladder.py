@@ -57,3 +57,15 @@ def test_rungs_probed_on_different_sets_are_refused_in_one_line(tmp_path):
 def test_a_folder_without_metrics_is_named(tmp_path):
     done = ladder(f"a={tmp_path}")
     assert done.returncode == 1 and str(tmp_path / "metrics.jsonl") in done.stderr
+
+
+def test_until_judges_every_rung_over_the_same_steps(tmp_path):
+    """A rung that ran on past the step a rule is judged at is read only up to it."""
+    long = run_dir(tmp_path / "long", [0.5, 0.4, 0.3, 0.1], {2: {"S0": (0.2, 0.4)}, 4: {"S0": (0.3, 0.5)}})
+    short = run_dir(tmp_path / "short", [0.5, 0.5], {2: {"S0": (0.25, 0.5)}})
+    done = ladder(f"long={long}", f"short={short}", "--window", "1", "--until", "2")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["probe_steps"] == [2]
+    assert result["rungs"]["long"]["steps"] == 2
+    assert result["rungs"]["long"]["windows"]["student_entropy"] == {"first": 0.5, "last": 0.4}
