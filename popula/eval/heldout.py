@@ -36,7 +36,6 @@ class TaskProbe:
         # All task types, as `popula tasks` and benchmarks/learning.py draw them: the same seed
         # gives the same set, so a run's trend and the benchmark's final figure share tasks.
         self.tasks = generate_tasks(settings.tasks, settings.seed, namespace=HELDOUT_NAMESPACE, workers=workers)
-        self.samples = settings.samples
         self.settings = EvalSettings(samples=settings.samples, temperature=settings.temperature,
                                      max_tokens=settings.max_tokens)
 

@@ -348,7 +348,7 @@ class PopulationRun:
         row = step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start, phases=phases,
                        matches=records, retention=retention, heldout=heldout)
         if selection is not None:
-            row["selection"] = {"tasks": len(self.selection.tasks), "samples": self.selection.samples,
+            row["selection"] = {"tasks": len(self.selection.tasks), "samples": self.selection.settings.samples,
                                 "students": selection}
         if self.ratchet is not None:
             row["reference_tilt"] = self.buffer.tilt  # the tilt this step's references were drawn with
