@@ -38,3 +38,11 @@ def test_summary_line_shows_the_headline_figures():
 def test_summary_line_marks_what_a_step_could_not_measure():
     line = summary_line({**ROW, "ast_depth": None, "solve_rate": None})
     assert "depth -" in line and "solve -" in line
+
+
+def test_summary_line_shows_each_students_probe_on_the_steps_that_measured():
+    probe = {"tasks": 100, "samples": 2, "students": {"student_1": {"pass1": 0.31, "passk": 0.4},
+                                                      "student_0": {"pass1": 0.285, "passk": 0.35}}}
+    line = summary_line({**ROW, "heldout": probe, "selection": probe})
+    assert line.endswith("heldout student_0=0.285 student_1=0.310  selection student_0=0.285 student_1=0.310")
+    assert "heldout" not in summary_line(ROW) and "selection" not in summary_line(ROW)
