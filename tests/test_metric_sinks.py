@@ -121,9 +121,14 @@ def offline_wandb(tmp_path, monkeypatch):
 
 def offline_runs(run_dir: Path) -> list[dict]:
     """Each offline W&B run under RUN_DIR/wandb/, oldest first, read back with wandb's own reader:
-    its id, project, name, config and the history rows it logged."""
+    its id, project, name, config and the history rows it logged. `run.finish()` may return before
+    wandb's service process has written the file (seen under load), so the service is torn down
+    first: teardown waits for every record to be written."""
+    import wandb
     from wandb.proto import wandb_internal_pb2 as pb
     from wandb.sdk.internal import datastore
+
+    wandb.teardown()
 
     runs = []
     for folder in sorted((run_dir / "wandb").glob("offline-run-*")):
