@@ -160,7 +160,7 @@ class LearnerConfig(_Section):
         None, gt=0, description="steer each student's entropy coefficient, starting from student_entropy_coef, "
                                 "towards answers of this entropy (nats per token, the run's student_entropy): "
                                 "after each step it is multiplied by exp(student_entropy_rate * (target - entropy) "
-                                "/ target), within [1e-4, student_entropy_coef_max]. A fixed coefficient that "
+                                "/ target), within [student_entropy_coef_min, student_entropy_coef_max]. A fixed coefficient that "
                                 "holds the spread early loses it later (popula.learner.entropy_control). None: the "
                                 "coefficient is fixed"
     )
@@ -171,6 +171,14 @@ class LearnerConfig(_Section):
         0.05, gt=0, description="the most a steered entropy coefficient reaches: the answers' entropy follows the "
                                 "bonus tens of steps late, and unbounded the rule winds up (on SmolLM2 a coefficient "
                                 "of 0.5 blew the entropy up to three times its start: docs/results/smollm2-ladder)"
+    )
+    student_entropy_coef_min: float = Field(
+        1e-4, gt=0, description="the least a steered entropy coefficient falls to. A student whose answers start "
+                                "wider than the target drives its coefficient down for as long as they stay wide; "
+                                "from 1e-4 it takes tens of steps to climb back once they narrow (on SmolLM2 seed "
+                                "1 of rung J the answers collapsed while it climbed from 5e-4: docs/results/"
+                                "smollm2-rung-j). Set to student_entropy_coef, the steering only ever adds to the "
+                                "fixed bonus"
     )
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
@@ -214,9 +222,11 @@ class LearnerConfig(_Section):
     @model_validator(mode="after")
     def _steering_starts_somewhere(self) -> "LearnerConfig":
         steered = self.student_target_entropy is not None
-        if steered and not 0 < self.student_entropy_coef <= self.student_entropy_coef_max:
+        if steered and not (0 < self.student_entropy_coef <= self.student_entropy_coef_max
+                            and self.student_entropy_coef_min <= self.student_entropy_coef):
             raise ValueError("student_target_entropy steers the entropy coefficient from student_entropy_coef, "
-                             "which must then be > 0 (e.g. 0.01) and at most student_entropy_coef_max")
+                             "which must then be > 0 (e.g. 0.01), at least student_entropy_coef_min and at most "
+                             "student_entropy_coef_max")
         return self
 
     def kl_coef_for(self, role: str) -> float:

@@ -1,8 +1,8 @@
 """Specification of the students' entropy coefficient: fixed, or steered towards a target entropy.
 
 Steered, a student's coefficient grows while its answers are narrower than the target and
-shrinks while they are wider, by exp(rate * (target - H) / target) a step, within [FLOOR,
-ceiling]; a newcomer (an evolution child) starts where the population's coefficients are; a
+shrinks while they are wider, by exp(rate * (target - H) / target) a step, within [floor
+(FLOOR unless configured), ceiling]; a newcomer (an evolution child) starts where the population's coefficients are; a
 resume carries every coefficient.
 """
 
@@ -49,6 +49,24 @@ def test_a_student_far_above_the_target_keeps_a_floor_to_come_back_from():
     control = EntropyControl(initial=0.01, target=0.1, rate=1.0)
     control.observe("S0", entropy=5.0)
     assert control.coef("S0") == FLOOR
+
+
+def test_a_configured_floor_holds_a_wide_student_at_the_fixed_bonus_and_it_climbs_from_there():
+    control = EntropyControl(initial=0.01, target=0.35, rate=0.2, ceiling=0.05, floor=0.01)
+    for _ in range(30):
+        control.observe("S0", entropy=0.6)  # wider than the target for 30 steps
+    assert control.coef("S0") == 0.01
+    control.observe("S0", entropy=0.0)
+    assert control.coef("S0") == pytest.approx(0.01 * math.exp(0.2))
+
+
+def test_the_floor_comes_from_the_config_and_may_not_exceed_the_start():
+    cfg = load_config(None, ["learner.student_target_entropy=0.35", "learner.student_entropy_coef=0.01",
+                             "learner.student_entropy_coef_min=0.01"]).learner
+    assert cfg.student_entropy_coef_min == 0.01
+    with pytest.raises(PopulaError, match="student_entropy_coef_min"):
+        load_config(None, ["learner.student_target_entropy=0.35", "learner.student_entropy_coef=0.01",
+                           "learner.student_entropy_coef_min=0.02"])
 
 
 def test_a_newcomer_starts_at_the_geometric_mean_of_the_steered_coefficients():

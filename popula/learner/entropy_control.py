@@ -7,8 +7,9 @@ bonus does not. With `learner.student_target_entropy` the coefficient follows th
 as SAC's temperature does: after each step it is multiplied by exp(rate * (target - H) /
 target), H being the student's measured entropy that step (its answer tokens' mean -log p,
 the `student_entropy` the run reports), so it grows while the answers are narrower than the
-target and shrinks while they are wider. It stays within [FLOOR, ceiling]: the floor lets a
-coefficient that shrank come back within tens of steps; the ceiling (`learner.
+target and shrinks while they are wider. It stays within [floor, ceiling]: the floor (`learner.
+student_entropy_coef_min`, FLOOR by default) bounds how far a coefficient shrinks while the
+answers are wide, and so how long it takes to climb back when they narrow; the ceiling (`learner.
 student_entropy_coef_max`) bounds the wind-up of a rule that reacts to an entropy which follows
 the bonus only tens of steps later: unbounded, a coefficient that climbed to 0.5 blew the
 answers' entropy up past its start (docs/results/smollm2-ladder, rung G).
@@ -37,11 +38,11 @@ class EntropyControl:
     """
 
     def __init__(self, initial: float, target: float | None = None, rate: float = 0.1,
-                 ceiling: float = 0.05) -> None:
-        if target is not None and not (0 < initial <= ceiling and target > 0 and rate > 0):
-            raise ValueError(f"a steered entropy coefficient needs 0 < initial <= ceiling, target and rate > 0, "
-                             f"got {initial}, {ceiling}, {target}, {rate}")
-        self.initial, self.target, self.rate, self.ceiling = initial, target, rate, ceiling
+                 ceiling: float = 0.05, floor: float = FLOOR) -> None:
+        if target is not None and not (0 < floor <= initial <= ceiling and target > 0 and rate > 0):
+            raise ValueError(f"a steered entropy coefficient needs 0 < floor <= initial <= ceiling, target and "
+                             f"rate > 0, got {floor}, {initial}, {ceiling}, {target}, {rate}")
+        self.initial, self.target, self.rate, self.ceiling, self.floor = initial, target, rate, ceiling, floor
         self._coef: dict[str, float] = {}
 
     def coef(self, name: str) -> float:
@@ -55,7 +56,7 @@ class EntropyControl:
         if self.target is None or not math.isfinite(entropy):
             return
         step = self.rate * (self.target - entropy) / self.target
-        self._coef[name] = min(self.ceiling, max(FLOOR, self.coef(name) * math.exp(step)))
+        self._coef[name] = min(self.ceiling, max(self.floor, self.coef(name) * math.exp(step)))
 
     def forget(self, name: str) -> None:
         """Drop `name` (removed from the learner)."""

@@ -181,7 +181,7 @@ class PopulationLearner:
         self._next_token = 0
         self.ema = EmaBaseline(cfg.teacher_baseline_momentum)
         self.entropy = EntropyControl(cfg.student_entropy_coef, cfg.student_target_entropy, cfg.student_entropy_rate,
-                                      cfg.student_entropy_coef_max)
+                                      cfg.student_entropy_coef_max, cfg.student_entropy_coef_min)
         self.share_prompts = cfg.share_prompts and _takes_4d_mask(model)
         self.logit_chunk = cfg.logit_chunk if _plain_lm_head(model) else None
         self._recompute = decoder_layers(model) if cfg.activation_checkpointing else None
