@@ -160,9 +160,9 @@ class LearnerConfig(_Section):
         None, gt=0, description="steer each student's entropy coefficient, starting from student_entropy_coef, "
                                 "towards answers of this entropy (nats per token, the run's student_entropy): "
                                 "after each step it is multiplied by exp(student_entropy_rate * (target - entropy) "
-                                "/ target), within [student_entropy_coef_min, student_entropy_coef_max]. A fixed coefficient that "
-                                "holds the spread early loses it later (popula.learner.entropy_control). None: the "
-                                "coefficient is fixed"
+                                "/ target), within [student_entropy_coef_min, student_entropy_coef_max]. A fixed "
+                                "coefficient that holds the spread early loses it later "
+                                "(popula.learner.entropy_control). None: the coefficient is fixed"
     )
     student_entropy_rate: float = Field(0.1, gt=0, description="how fast a steered entropy coefficient moves: each "
                                                                 "step its log moves by this times the relative "
@@ -222,8 +222,9 @@ class LearnerConfig(_Section):
     @model_validator(mode="after")
     def _steering_starts_somewhere(self) -> "LearnerConfig":
         steered = self.student_target_entropy is not None
-        if steered and not (0 < self.student_entropy_coef <= self.student_entropy_coef_max
-                            and self.student_entropy_coef_min <= self.student_entropy_coef):
+        # student_entropy_coef_min > 0 by its field, so the start is > 0 too
+        if steered and not (self.student_entropy_coef_min <= self.student_entropy_coef
+                            <= self.student_entropy_coef_max):
             raise ValueError("student_target_entropy steers the entropy coefficient from student_entropy_coef, "
                              "which must then be > 0 (e.g. 0.01), at least student_entropy_coef_min and at most "
                              "student_entropy_coef_max")

@@ -2,8 +2,8 @@
 
 Steered, a student's coefficient grows while its answers are narrower than the target and
 shrinks while they are wider, by exp(rate * (target - H) / target) a step, within [floor
-(FLOOR unless configured), ceiling]; a newcomer (an evolution child) starts where the population's coefficients are; a
-resume carries every coefficient.
+(FLOOR unless configured), ceiling]; a newcomer (an evolution child) starts where the
+population's coefficients are; a resume carries every coefficient.
 """
 
 from __future__ import annotations

@@ -104,20 +104,11 @@ def summary_line(row: dict[str, Any]) -> str:
         f"depth {num('ast_depth', '.1f')}  cc {num('cyclomatic', '.1f')}  loc {num('loc', '.1f')}  "
         f"vars {num('n_vars', '.1f')}  {num('wall_s', '.1f')}s"
     )
-    for key in ("heldout", "selection"):
-        scores = _student_pass1(row.get(key))
-        if scores:
-            line += f"  {key} " + " ".join(f"{name}={value:.3f}" for name, value in scores.items())
+    for key in ("heldout", "selection"):  # present only on the steps that measured the students
+        if key in row:
+            line += f"  {key} " + " ".join(f"{name}={score['pass1']:.3f}"
+                                           for name, score in sorted(row[key]["students"].items()))
     return line
-
-
-def _student_pass1(probe: Any) -> dict[str, float]:
-    """Each student's pass@1 from a probe entry (`heldout` or `selection`), in name order."""
-    if not isinstance(probe, dict):
-        return {}
-    students = probe.get("students") or {}
-    return {name: score["pass1"] for name, score in sorted(students.items())
-            if isinstance(score, dict) and isinstance(score.get("pass1"), (int, float))}
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
