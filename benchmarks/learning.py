@@ -1,7 +1,7 @@
 """Does the population learn a better curriculum than single-agent self-play?
 
     python3 benchmarks/learning.py [--seeds 0 1 2] [--steps N] [--heldout 300] [--samples 4]
-                                   [--trend N] [--humaneval JSONL] [--jobs 2] [--out DIR] [--docs DIR]
+                                   [--trend N] [--humaneval JSONL] [--no-greedy] [--jobs 2] [--out DIR] [--docs DIR]
                                    [--population-config YAML] [--single-config YAML] [--set KEY=VALUE ...]
                                    [--reuse-single EARLIER_OUT]
 
@@ -17,7 +17,10 @@ Differences between models are measured task by task on the shared held-out set
 (`popula.eval.paired`; the population's mean scores each task by its students' mean): the
 mean per-task difference, its standard error over tasks and its spread over seeds. With
 `--humaneval FILE` every model is also scored on HumanEval (converted to code_f tasks by
-scripts/convert_benchmark.py; one greedy sample, 256 tokens).
+scripts/convert_benchmark.py; one greedy sample, 256 tokens). Every model is also scored greedy
+on the held-out set (one answer at T=0, `--no-greedy` to skip): a gain at T>0 that the greedy
+score does not share is the model sharpening towards the answer the base already ranked first,
+not solving more.
 
 The held-out tasks come from the generator's held-out namespace at `--heldout-seed`, a stream
 that neither the tiny base's corpus nor any run's seed tasks draw from. Every model is scored
@@ -127,6 +130,9 @@ def main() -> None:
                         help="also score every model on this HumanEval file (e.g. ../shared/data/HumanEval.jsonl.gz), "
                              "converted to code_f tasks, one greedy sample each")
     parser.add_argument("--humaneval-max-tokens", type=int, default=256)
+    parser.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True,
+                        help="also score every model greedy on the held-out set (one answer at T=0), so a gain "
+                             "from sharpening is told from one from solving more (default: on)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="runs (and evaluations) at once; small models leave cores idle, so 2 on 2 cores "
                              "finish sooner than one after another (default: min(2, cores))")
@@ -183,6 +189,8 @@ def main() -> None:
     reports = {t: json.loads(path.read_text()) for t, path in evals.items()}
 
     summary = _summarize(args, reports, run_dirs, curves)
+    if args.greedy:
+        summary["greedy"] = _greedy(args, heldout, targets, summary, scores_dir)
     if args.humaneval is not None:
         summary["humaneval"] = _humaneval(args, targets, summary, scores_dir)
     (docs / "learning.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -216,7 +224,7 @@ def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, in
     Refused unless it scored the very held-out tasks this benchmark does, with the same sampling,
     on the base model this benchmark's population trains: a paired difference over different
     tasks or bases would mix the models' quality with the tasks' difficulty. HumanEval scores
-    made with another token limit are left behind, so they are scored again.
+    and greedy scores made with another token limit are left behind, so they are scored again.
     """
     source = args.reuse_single
     if not (source / "heldout.jsonl").is_file() or (source / "heldout.jsonl").read_bytes() != heldout.read_bytes():
@@ -240,10 +248,12 @@ def _reuse_single(args: argparse.Namespace, heldout: Path) -> dict[tuple[str, in
             raise SystemExit(f"--reuse-single {source}: no finished single-agent run {run_dir}")
     scores = args.out / "scores"
     scores.mkdir(exist_ok=True)
+    tokens = {"humaneval-": args.humaneval_max_tokens, "greedy-": args.max_tokens}
     for path in (source / "scores").glob("*.json"):
-        reusable = path.name.removeprefix("humaneval-")
+        prefix = next((p for p in tokens if path.name.startswith(p)), "")
+        reusable = path.name.removeprefix(prefix)
         if (reusable == "base.json" or reusable.startswith("single-")) and not (scores / path.name).exists() \
-                and (reusable == path.name or _max_tokens(path) == args.humaneval_max_tokens):
+                and (not prefix or _max_tokens(path) == tokens[prefix]):
             shutil.copyfile(path, scores / path.name)
     return runs
 
@@ -349,28 +359,59 @@ def run_all(jobs: list[Job], parallel: int) -> None:
             print(f"[{time.strftime('%H:%M:%S')}] done  {job.name} in {time.monotonic() - started:.0f} s", flush=True)
 
 
-HUMANEVAL = {"samples": 1, "temperature": 0.0}  # greedy, one sample: as docs/results/smollm2 scored the bases
+GREEDY = {"samples": 1, "temperature": 0.0}  # one answer, the model's first choice
 
 
-def _humaneval(args: argparse.Namespace, targets: list[Target], summary: dict, scores_dir: Path) -> dict:
-    """Every model's HumanEval pass@1 (the file converted to code_f tasks once), per seed, by the
-    summary's models: the population's mean over its live students, and the very members the
-    held-out set named weakest, strongest and the rating's pick."""
-    tasks = args.out / "humaneval.jsonl"
-    if not tasks.exists():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_benchmark.py"), "--format", "humaneval",
-                        str(args.humaneval), str(tasks)], check=True, cwd=ROOT)
-    evals = {t: scores_dir / f"humaneval-{t.file_name}" for t in targets}
-    run_all([_eval_job(args, tasks, t, path, max_tokens=args.humaneval_max_tokens, **HUMANEVAL)
+def _score_greedy(args: argparse.Namespace, tasks: Path, targets: list[Target], scores_dir: Path, prefix: str,
+                  max_tokens: int) -> dict[Target, dict]:
+    """Every target scored greedy on a task file; reports kept as SCORES/<prefix><target>.json."""
+    evals = {t: scores_dir / f"{prefix}{t.file_name}" for t in targets}
+    run_all([_eval_job(args, tasks, t, path, max_tokens=max_tokens, **GREEDY)
              for t, path in evals.items() if not _complete(path)], args.jobs)
-    score = {(t.label, t.seed, t.adapter): json.loads(path.read_text())["overall"]["pass_at_1"] for t, path in evals.items()}
+    return {t: json.loads(path.read_text()) for t, path in evals.items()}
+
+
+def _pass1_by_model(args: argparse.Namespace, reports: dict[Target, dict], summary: dict) -> dict[str, list[float]]:
+    """pass@1 per seed by the summary's models: the population's mean over its live students, and
+    the very members the sampled held-out score named weakest, strongest and the rating's pick."""
+    score = {(t.label, t.seed, t.adapter): r["overall"]["pass_at_1"] for t, r in reports.items()}
     out: dict[str, list[float]] = {"base": [score["base", None, None]]}
     for key in ("single", "weakest", "strongest", "rating"):
         out[key] = [score[tuple(target)] for target in summary[key]["targets"]]
     out["population"] = [statistics.fmean(v for (label, seed, _), v in score.items()
                                           if label == "population" and seed == s) for s in args.seeds]
-    return {"tasks": sum(1 for _ in tasks.open()), "max_tokens": args.humaneval_max_tokens, **HUMANEVAL,
-            "pass1": {key: out[key] for key in MODELS}}
+    return {key: out[key] for key in MODELS}
+
+
+def _greedy(args: argparse.Namespace, heldout: Path, targets: list[Target], summary: dict, scores_dir: Path) -> dict:
+    """Every model's greedy pass@1 on the held-out set, with the population's paired differences.
+
+    Why: a policy-gradient step first sharpens the sampling distribution, which lifts pass@1 at T>0
+    towards the greedy answer without solving anything new. A gain over the base's greedy score is
+    one that decoding alone does not give."""
+    reports = _score_greedy(args, heldout, targets, scores_dir, "greedy-", args.max_tokens)
+    by_run: dict[tuple[str, int | None], list[dict]] = {}
+    for t, r in reports.items():
+        by_run.setdefault((t.label, t.seed), []).append(r)
+    base = [by_run["base", None][0]] * len(args.seeds)
+    population = [mean_report(by_run["population", s], f"population-s{s}: greedy mean") for s in args.seeds]
+    single = [next(r for t, r in reports.items() if [t.label, t.seed, t.adapter] == target)
+              for target in summary["single"]["targets"]]
+    paired = {"population mean - base": (population, base), "single - base": (single, base),
+              "population mean - single": (population, single)}
+    return {"max_tokens": args.max_tokens, **GREEDY, "pass1": _pass1_by_model(args, reports, summary),
+            "paired": {name: paired_difference(a, b).to_json() for name, (a, b) in paired.items()}}
+
+
+def _humaneval(args: argparse.Namespace, targets: list[Target], summary: dict, scores_dir: Path) -> dict:
+    """Every model's HumanEval pass@1 (the file converted to code_f tasks once), greedy, per seed."""
+    tasks = args.out / "humaneval.jsonl"
+    if not tasks.exists():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_benchmark.py"), "--format", "humaneval",
+                        str(args.humaneval), str(tasks)], check=True, cwd=ROOT)
+    reports = _score_greedy(args, tasks, targets, scores_dir, "humaneval-", args.humaneval_max_tokens)
+    return {"tasks": sum(1 for _ in tasks.open()), "max_tokens": args.humaneval_max_tokens, **GREEDY,
+            "pass1": _pass1_by_model(args, reports, summary)}
 
 
 def _pass(report: dict) -> dict:
@@ -474,6 +515,12 @@ def format_table(summary: dict) -> str:
         cell = lambda v: f"{v['mean']:.3f} ± {v['sd']:.3f}"  # noqa: E731
         by_type = [cell(s["by_type"][t]) if t in s["by_type"] else "-" for t in ("code_o", "code_i", "code_f")]
         lines.append(f"| {name} | {cell(s['pass1'])} | {cell(s['passk'])} | " + " | ".join(by_type) + " |")
+    if "greedy" in summary:
+        g = summary["greedy"]
+        lines += ["", f"greedy on the same held-out tasks (one answer at T=0, max {g['max_tokens']} tokens), pass@1 per "
+                      "seed:", "", "| model | pass@1 |", "|---|---|"]
+        lines += [f"| {MODELS[key]} | " + ", ".join(f"{v:.3f}" for v in values) + " |" for key, values in g["pass1"].items()]
+        lines += [f"- greedy pass@1 {name}: {PairedDifference(**d).describe()}" for name, d in g["paired"].items()]
     if "humaneval" in summary:
         he = summary["humaneval"]
         lines += ["", f"HumanEval ({he['tasks']} problems as code_f tasks, {he['samples']} sample, T={he['temperature']}, "

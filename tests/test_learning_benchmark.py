@@ -71,6 +71,41 @@ def test_the_population_is_its_students_mean_with_the_weakest_beside_it(tmp_path
     json.dumps(summary)  # learning.json
 
 
+def test_every_model_is_also_scored_greedy_so_sharpening_is_told_from_solving_more(tmp_path, monkeypatch):
+    args = argparse.Namespace(seeds=[0], heldout=2, heldout_seed=9, samples=4, temperature=0.8, max_tokens=96, jobs=1)
+    runs = {("population", 0): run_dir(tmp_path, "population-s0", {"S0": 30.0, "S1": 20.0}),
+            ("single", 0): run_dir(tmp_path, "single-s0", {"S0": 25.0})}
+    T = learning.Target
+    targets = [T("base", None, "base"), T("population", 0, "run", "S0"), T("population", 0, "run", "S1"),
+               T("single", 0, "run", "S0")]
+    sampled = dict(zip(targets, [report({"t1": 0, "t2": 1}), report({"t1": 1, "t2": 1}), report({"t1": 4, "t2": 3}),
+                                 report({"t1": 2, "t2": 2})]))
+    summary = learning._summarize(args, sampled, runs, {"population": [[{"step": 1}]], "single": [[{"step": 1}]]})
+    greedy = dict(zip(targets, [report({"t1": 1, "t2": 0}, 1), report({"t1": 1, "t2": 0}, 1),
+                                report({"t1": 1, "t2": 1}, 1), report({"t1": 0, "t2": 0}, 1)]))
+    scored = []
+
+    def run_all(jobs, parallel):  # what `popula eval` would write for each job
+        for job in jobs:
+            scored.append(job.argv)
+            target = next(t for t in targets if job.stdout.name == f"greedy-{t.file_name}")
+            job.stdout.write_text(json.dumps(greedy[target]))
+    monkeypatch.setattr(learning, "run_all", run_all)
+
+    out = learning._greedy(args, tmp_path / "heldout.jsonl", targets, summary, tmp_path)
+
+    assert len(scored) == 4 and all(a[a.index("--samples") + 1] == "1" and a[a.index("--temperature") + 1] == "0.0"
+                                    for a in scored)
+    assert out["pass1"]["base"] == [0.5] and out["pass1"]["population"] == [pytest.approx(0.75)]
+    assert out["pass1"]["weakest"] == [0.5]  # the member the sampled score named weakest, S0
+    assert out["paired"]["population mean - base"]["mean"] == pytest.approx(0.25)
+    assert out["paired"]["single - base"]["mean"] == pytest.approx(-0.5)
+    summary["greedy"] = out
+    assert "greedy pass@1 population mean - base: +0.250" in learning.format_table(summary)
+    assert learning._greedy(args, tmp_path / "heldout.jsonl", targets, summary, tmp_path) == out  # kept, not rescored
+    assert len(scored) == 4
+
+
 def test_the_in_run_probe_reports_the_mean_and_the_weakest_student_at_each_probed_step():
     def probe(step: int, s0: float, s1: float) -> dict:
         return {"step": step, "heldout": {"tasks": 100, "samples": 2, "students": {"S0": {"pass1": s0}, "S1": {"pass1": s1}}}}
@@ -114,7 +149,7 @@ def test_an_ablation_reuses_the_single_agent_scored_on_the_same_tasks(tmp_path):
     tiny = load_config(learning.RUNS["population"]).base_model
     base = {**report({"t1": 1}), "model": tiny, "samples": 4, "temperature": 0.8, "max_tokens": 96}
     humaneval = {**report({"h1": 1}), "max_tokens": 256}
-    for name, data in {"base.json": base, "single-s0-S0.json": report({"t1": 2}),
+    for name, data in {"base.json": base, "single-s0-S0.json": report({"t1": 2}), "greedy-base.json": {**report({"t1": 1}, 1), "max_tokens": 96},
                        "humaneval-single-s0-S0.json": humaneval, "humaneval-base.json": {**humaneval, "max_tokens": 128},
                        "population-s0-S1.json": report({"t1": 0})}.items():
         (earlier / "scores" / name).write_text(json.dumps(data))
@@ -125,7 +160,7 @@ def test_an_ablation_reuses_the_single_agent_scored_on_the_same_tasks(tmp_path):
 
     assert runs == {("single", 0): earlier / "single-s0"}
     assert sorted(p.name for p in (out / "scores").iterdir()) == [
-        "base.json", "humaneval-single-s0-S0.json", "single-s0-S0.json"]  # never the earlier population's,
+        "base.json", "greedy-base.json", "humaneval-single-s0-S0.json", "single-s0-S0.json"]  # never the earlier population's,
     # nor a HumanEval score made with another token limit (it is scored again)
 
     with pytest.raises(SystemExit, match="--max-tokens"):
