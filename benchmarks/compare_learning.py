@@ -1,7 +1,7 @@
 """Two `benchmarks/learning.py` output folders compared task by task: did setting A beat setting B?
 
     python3 benchmarks/compare_learning.py A_DIR B_DIR --seeds 0 1 2 3 4 [--labels population single]
-                                           [--pick best|mean|weakest]
+                                           [--pick best|mean|weakest] [--decoding sampled|greedy]
 
 Why: a change of settings is judged against the same seeds' runs of the other setting on the same
 held-out tasks, not against numbers from another table. Each folder holds what learning.py writes
@@ -16,6 +16,8 @@ adapter is all three.
 Printed for each label: pass@1 and pass@k of A minus B (`popula.eval.paired`: the mean per-task
 difference, its standard error over tasks and its spread over seeds), and of each against the bare
 base when `scores/base.json` is there. The two folders must have scored the same held-out tasks.
+`--decoding greedy` compares the greedy scores learning.py writes beside the sampled ones
+(`scores/greedy-*.json`: one answer at T=0), which tell a gain in solving from sharpening.
 The last line is one JSON object of the figures.
 """
 
@@ -37,13 +39,15 @@ from popula.run.rundir import live_students  # noqa: E402
 
 METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
 PICKS = {"best": "best student by rating", "mean": "live students' mean", "weakest": "weakest live student"}
+DECODINGS = {"sampled": ("", ""), "greedy": ("greedy-", " --samples 1 --temperature 0")}  # -> file prefix, eval flags
 
 
-def _report(out: Path, label: str, seed: int, name: str) -> dict[str, Any]:
-    path = out / "scores" / f"{label}-s{seed}-{name}.json"
+def _report(out: Path, label: str, seed: int, name: str, decoding: str = "sampled") -> dict[str, Any]:
+    prefix, flags = DECODINGS[decoding]
+    path = out / "scores" / f"{prefix}{label}-s{seed}-{name}.json"
     if not path.exists():
         raise PopulaError(f"{path}: no report for {label}-s{seed}'s student {name!r}; score it with "
-                          f"`popula eval {out / f'{label}-s{seed}'} --adapter {name} --json --per-task` "
+                          f"`popula eval {out / f'{label}-s{seed}'} --adapter {name}{flags} --json --per-task` "
                           f"(or run benchmarks/learning.py on {out})")
     return json.loads(path.read_text())
 
@@ -61,28 +65,28 @@ def live_names(out: Path, label: str, seed: int) -> list[str]:
         raise PopulaError(f"{out}: neither a run folder {run.name}/ nor its entry in {published.name}") from None
 
 
-def picked_reports(out: Path, label: str, seed: int, pick: str) -> dict[str, dict[str, Any]]:
+def picked_reports(out: Path, label: str, seed: int, pick: str, decoding: str = "sampled") -> dict[str, dict[str, Any]]:
     """metric -> OUT/<label>-s<seed>'s `pick` (best, mean or weakest) as one report whose pass@1
     slot holds that metric per task (`popula.eval.paired.mean_report`), so every pick is read alike."""
     names = live_names(out, label, seed)
     if pick == "best":
         names = names[:1]
-    reports = [_report(out, label, seed, name) for name in names]
+    reports = [_report(out, label, seed, name, decoding) for name in names]
     if pick == "weakest":
         reports = [min(reports, key=lambda r: statistics.fmean(per_task_pass1(r).values()))]
     return {metric: mean_report(reports, f"{label}-s{seed} {pick}", per_task) for metric, per_task in METRICS.items()}
 
 
-def compare(a: Path, b: Path, seeds: list[int], labels: list[str],
-            pick: str = "best") -> dict[str, dict[str, PairedDifference]]:
+def compare(a: Path, b: Path, seeds: list[int], labels: list[str], pick: str = "best",
+            decoding: str = "sampled") -> dict[str, dict[str, PairedDifference]]:
     """label -> comparison name -> paired difference, for every metric."""
     out: dict[str, dict[str, PairedDifference]] = {}
     for label in labels:
-        ra = [picked_reports(a, label, s, pick) for s in seeds]
-        rb = [picked_reports(b, label, s, pick) for s in seeds]
+        ra = [picked_reports(a, label, s, pick, decoding) for s in seeds]
+        rb = [picked_reports(b, label, s, pick, decoding) for s in seeds]
         pairs = {"A - B": (ra, rb)}
         for name, folder, reports in (("A - base", a, ra), ("B - base", b, rb)):
-            base = folder / "scores" / "base.json"
+            base = folder / "scores" / f"{DECODINGS[decoding][0]}base.json"
             if base.exists():
                 bare = json.loads(base.read_text())
                 pairs[name] = (reports, [{m: mean_report([bare], "base", f) for m, f in METRICS.items()}] * len(seeds))
@@ -102,18 +106,22 @@ def main() -> int:
     parser.add_argument("--pick", choices=PICKS, default="best",
                         help="which model stands for a run: its best-rated student (default), the mean of its "
                              "live students, or its weakest by held-out pass@1")
+    parser.add_argument("--decoding", choices=DECODINGS, default="sampled",
+                        help="compare the sampled scores (default) or the greedy ones learning.py writes beside them")
     args = parser.parse_args()
     try:
-        result = compare(args.a, args.b, args.seeds, args.labels, args.pick)
+        result = compare(args.a, args.b, args.seeds, args.labels, args.pick, args.decoding)
     except PopulaError as e:
         print(f"compare_learning: {e}", file=sys.stderr)
         return 2
-    print(f"A = {args.a}, B = {args.b}, seeds {' '.join(map(str, args.seeds))}; each run's {PICKS[args.pick]}\n")
+    print(f"A = {args.a}, B = {args.b}, seeds {' '.join(map(str, args.seeds))}; each run's {PICKS[args.pick]}, "
+          f"{args.decoding}\n")
     for label, rows in result.items():
         print(label)
         for name, diff in rows.items():
             print(f"  {name:16s} {diff.describe()}")
     print(json.dumps({"a": str(args.a), "b": str(args.b), "seeds": args.seeds, "pick": args.pick,
+                      "decoding": args.decoding,
                       "results": {label: {n: d.to_json() for n, d in rows.items()} for label, rows in result.items()}}))
     return 0
 

@@ -40,9 +40,9 @@ def folder(root: Path, scores: dict[str, dict[str, int]], best: str) -> Path:
     return root
 
 
-def compared(a: Path, b: Path, pick: str) -> dict:
+def compared(a: Path, b: Path, pick: str, *flags: str) -> dict:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(b),
-                           "--seeds", "0", "--labels", "population", "--pick", pick],
+                           "--seeds", "0", "--labels", "population", "--pick", pick, *flags],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])["results"]["population"]
 
@@ -66,6 +66,23 @@ def test_an_ablation_is_judged_by_the_population_mean_and_its_weakest(tmp_path):
     assert mean["pass@k A - B"]["mean"] == -0.5  # S1 of A never solves; S1 of B solves at least once
     assert mean["pass@1 B - base"]["mean"] == 0.75 - 1 / 8
     assert compared(a, b, "weakest")["pass@1 A - B"]["mean"] == -0.5  # S1 against S1: 0 against 0.5
+
+
+def test_greedy_scores_are_compared_apart_from_the_sampled_ones(tmp_path):
+    a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 0}}, best="S0")
+    b = folder(tmp_path / "b", {"S0": {"t1": 0, "t2": 0}}, best="S0")
+    for root in (a, b):  # greedy, each answers t1 alone (one answer, written as 4 of 4)
+        write_report(root / "scores" / "greedy-population-s0-S0.json", {"t1": 4, "t2": 0})
+        write_report(root / "scores" / "greedy-base.json", {"t1": 4, "t2": 0})
+
+    assert compared(a, b, "mean")["pass@1 A - B"]["mean"] == 0.5  # sampled, A solves t1 where B never does
+    greedy = compared(a, b, "mean", "--decoding", "greedy")
+    assert greedy["pass@1 A - B"]["mean"] == 0.0  # greedy, both answer t1: the base's first choice
+    assert greedy["pass@1 A - base"]["mean"] == 0.0
+    (a / "scores" / "greedy-population-s0-S0.json").unlink()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(b), "--seeds",
+                           "0", "--labels", "population", "--decoding", "greedy"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--samples 1 --temperature 0" in done.stderr
 
 
 def test_a_missing_score_is_a_clear_error_naming_the_command(tmp_path):
