@@ -293,6 +293,29 @@ def test_cli_with_a_named_adapter_prints_a_table(run_dir, tmp_path, capsys):
     assert "forbidden 1" in lines[-1]
 
 
+def test_answers_writes_what_the_model_said_with_each_verdict_beside_the_report(run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    answers = tmp_path / "answers.jsonl"
+    assert popula.cli.main(["eval", str(run_dir), "--tasks", str(tasks), "--adapter", "S1", "--json", "--per-task",
+                            "--workers", "1", "--answers", str(answers)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert "answers" not in report  # the report's JSON is as before
+    assert [r["id"] for r in rows] == [t["id"] for t in report["per_task"]]  # the valid tasks, in order
+    for row, task in zip(rows, report["per_task"]):
+        assert row["type"] == task["type"] and len(row["answers"]) == len(row["correct"]) == 1
+        assert sum(row["correct"]) == task["correct"] and all(isinstance(a, str) for a in row["answers"])
+
+
+def test_answers_needs_one_model_and_a_folder_to_write_in(run_dir, tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    err = _fails(["eval", str(run_dir), "--tasks", str(tasks), "--answers", str(tmp_path / "a.jsonl")], capsys)
+    assert "--answers" in err and "--adapter" in err
+    err = _fails(["eval", str(run_dir), "--tasks", str(tasks), "--adapter", "S0",
+                  "--answers", str(tmp_path / "missing" / "a.jsonl")], capsys)
+    assert "no folder" in err and "missing" in err
+
+
 def test_cli_on_a_bare_model_directory(base_dir, tmp_path, capsys):
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     assert popula.cli.main(["eval", str(base_dir), "--tasks", str(tasks), "--json", "--max-tokens", "16",

@@ -4,7 +4,8 @@ Generates answers to task records, judges them in the sandbox, and prints pass@1
 per task type (a table, or one JSON object with --json). A run directory means its
 population: every live student, their mean, weakest and strongest, and the one the rating
 would pick (`popula.eval.population`); `--adapter NAME` or `--pick rating` scores one
-adapter as a model is scored (one report, `popula.eval.evaluate.EvalReport`).
+adapter as a model is scored (one report, `popula.eval.evaluate.EvalReport`); `--answers FILE`
+writes that model's answers as generated, with each one's verdict.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from popula.cli.help import add_command
 from popula.engines.registry import ENGINES
 from popula.errors import PopulaError
 from popula.eval.settings import EvalSettings
-from popula.records import task_file
+from popula.records import task_file, write_jsonl
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--per-task", action="store_true",
                         help="with --json, include every task's counts (for a population, in each member's entry)")
+    parser.add_argument("--answers", type=Path, default=None, metavar="FILE.jsonl",
+                        help="also write every task's answers as the model generated them, with the sandbox's "
+                             "verdict on each ({id, type, answers, correct} per line): what the model does, not "
+                             "just how often it is right. One model only: with --adapter, --pick or a MODEL")
     parser.set_defaults(func=run)
 
 
@@ -77,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
                             max_tokens=args.max_tokens, seed=args.seed)
     with task_file(args.tasks):
         pass
+    if args.answers is not None and not args.answers.parent.is_dir():
+        raise PopulaError(f"--answers {args.answers}: no folder {args.answers.parent} to write it in")
 
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.eval.evaluate import format_report
@@ -91,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if args.pick is not None and not run_dir:
         raise PopulaError(f"--pick {args.pick}: picks a student of a run directory, and {args.target} is not one "
                           "(no config.yaml)")
+    if args.answers is not None and run_dir and args.adapter is None and args.pick is None:
+        raise PopulaError("--answers writes one model's answers; name it with --adapter NAME or --pick rating")
     if run_dir and args.adapter is None and args.pick is None:
         population = evaluate_population(args.target, args.tasks, engine=args.engine, settings=settings,
                                          workers=args.workers, progress=True, log=warn)
@@ -102,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
     adapter = best_student(Path(args.target).expanduser()) if args.pick == "rating" else args.adapter
     report = evaluate_target(args.target, args.tasks, adapter=adapter, engine=args.engine, settings=settings,
                              workers=args.workers, progress=True, log=warn)
+    if args.answers is not None:
+        try:
+            write_jsonl(args.answers, report.answers)
+        except OSError as err:
+            raise PopulaError(f"--answers {args.answers}: cannot write it ({err.strerror or err})") from None
     if args.json:
         data = report.to_json()
         if not args.per_task:

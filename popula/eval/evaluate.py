@@ -103,9 +103,13 @@ class EvalReport(Measurement):
     by_type: dict[str, GroupScore]
     wall_s: float = 0.0  # outputs, generation and judging, not model loading
     per_task: list[TaskScore] = field(default_factory=list)
+    # every task's raw answers and their verdicts ({id, type, answers, correct}), in task order:
+    # what `popula eval --answers` writes; not part of the report's JSON
+    answers: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["answers"]
         return {"model": data.pop("model"), "adapter": data.pop("adapter"), **data}
 
 
@@ -252,12 +256,14 @@ def evaluate_adapters(engine: Engine, tokenizer: Any, records: Sequence[TaskReco
                                   top_p=settings.top_p, max_tokens=room, seed=seed, stop_token_ids=stops)
                 for adapter in adapters for _, ids, room, seed in posed]
     results = engine.generate(requests, progress=progress) if requests else []
-    # answers[a][i]: adapter a's answers to task i (None: malformed, or not attempted)
+    # answers[a][i]: adapter a's answers to task i (None: malformed, or not attempted); texts: as generated
     answers: list[list[list[str | None]]] = [[[None] * settings.samples for _ in tasks] for _ in adapters]
+    texts: list[list[list[str]]] = [[[] for _ in tasks] for _ in adapters]
     for n, result in enumerate(results):
         a, j = divmod(n, len(posed))
         i = posed[j][0]
         answers[a][i] = [fmt.parse_answer(sample.text, tasks[i].type) for sample in result.samples]
+        texts[a][i] = [sample.text for sample in result.samples]
     flat = judge(list(tasks) * len(adapters), [row for rows in answers for row in rows], sandbox)
     attempted = {i for i, *_ in posed}
     reports = []
@@ -272,7 +278,8 @@ def evaluate_adapters(engine: Engine, tokenizer: Any, records: Sequence[TaskReco
             samples=settings.samples, k=settings.samples, temperature=temperature, top_p=settings.top_p,
             max_tokens=max_tokens, tasks_file=tasks_file, tasks_in_file=len(records),
             skipped=dict(sorted(skipped.items())), not_attempted=not_attempted, overall=overall, by_type=by_type,
-            per_task=scores))
+            per_task=scores, answers=[{"id": t.id, "type": t.type, "answers": texts[a][i], "correct": correct[i]}
+                                      for i, t in enumerate(tasks)]))
     wall = round(time.perf_counter() - start, 3)
     for report in reports:
         report.wall_s = wall
