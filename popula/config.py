@@ -311,6 +311,12 @@ class RewardsConfig(_Section):
         description="fitness sharing: a valid task's teacher reward is divided by 1 + the tasks of its type with "
                     "the same program form among the step's other valid tasks and the newest N buffered ones "
                     "(popula/novelty.py); 0: off, the design's reward")
+    novelty_penalty: float = Field(
+        0.0, ge=0, le=1,
+        description="with novelty_window: each other task of the same form also subtracts this from the shared "
+                    "reward, down to rewards.invalid_task, so a form repeated often costs its teacher as much as a "
+                    "task that fails to run (division alone leaves a reward of 0 at 0: a task the students always "
+                    "solve stays safer than a new one that may fail); 0: off")
     solvable_by: Literal["matched", "population"] = Field(
         "matched",
         description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "
@@ -449,6 +455,14 @@ class Config(_Section):
                 f"evolution.replace_bottom={e.replace_bottom} would replace every member of a role "
                 f"({p.teachers} teachers, {p.students} students) and leave no parents"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _novelty_penalty_needs_a_window(self) -> "Config":
+        r = self.rewards
+        if r.novelty_penalty > 0 and r.novelty_window == 0:
+            raise ValueError(f"rewards.novelty_penalty={r.novelty_penalty} counts repeats within "
+                             "rewards.novelty_window, which is 0 (off); set a window, e.g. 64")
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,10 @@ With `rewards.novelty_window: N` (off by default) a valid task's reward is share
 niche (fitness sharing, popula/novelty.py): divided by 1 + the tasks of its type with the same
 program form among the step's other valid tasks and the newest N buffered ones. A repeat pays
 less than a new program the students solve as rarely; an invalid task's -1 is not shared.
+With `rewards.novelty_penalty: c` each other member of the niche also subtracts c, down to the
+invalid reward: division leaves 0 at 0, so without it a task the students always solve, posed
+again and again, stays safer than a new task that might fail to run (docs/results/smollm2-rung-j:
+`def f(n): return n` filled half of one run's `code_f` curriculum).
 
 Student reward for one rollout (docs/design.md § What the sources say: the verifier's
 reward for a correct, well-formed solution):
@@ -72,11 +76,13 @@ def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_T
     return 1.0 - rho
 
 
-def shared_teacher_reward(reward: float, niche: int) -> float:
-    """Fitness sharing: a valid task's teacher reward divided among the `niche` tasks of its form."""
+def shared_teacher_reward(reward: float, niche: int, *, penalty: float = 0.0,
+                          floor: float = INVALID_TASK_REWARD) -> float:
+    """Fitness sharing: a valid task's teacher reward divided among the `niche` tasks of its form,
+    less `penalty` for each other member of the niche, never below `floor` (the invalid reward)."""
     if niche < 1:
         raise ValueError(f"a niche holds at least the task itself, got {niche}")
-    return reward / niche
+    return max(floor, reward / niche - penalty * (niche - 1))
 
 
 def student_reward(well_formed: bool, correct: bool | None) -> float:

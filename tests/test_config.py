@@ -102,6 +102,15 @@ def test_evolution_ranks_by_rating_unless_told_to_rank_students_by_a_probe_of_it
     assert cfg.evolution.probe.seed != cfg.heldout.seed
 
 
+def test_a_novelty_penalty_without_a_window_is_refused_naming_both_settings():
+    assert Config().rewards.novelty_penalty == 0.0  # off: the design's reward
+    with pytest.raises(PopulaError, match="rewards.novelty_penalty=0.1 .* rewards.novelty_window"):
+        load_config(None, ["rewards.novelty_penalty=0.1"])
+    assert load_config(None, ["rewards.novelty_penalty=0.1", "rewards.novelty_window=64"]).rewards.novelty_penalty == 0.1
+    with pytest.raises(PopulaError, match="novelty_penalty"):
+        load_config(None, ["rewards.novelty_penalty=2", "rewards.novelty_window=64"])
+
+
 def test_selecting_on_the_held_out_trend_s_own_tasks_is_refused():
     with pytest.raises(PopulaError, match="evolution.probe.seed=5 is heldout.seed"):
         load_config(None, ["evolution.fitness=probe", "evolution.probe.seed=5", "heldout.every=10", "heldout.seed=5"])

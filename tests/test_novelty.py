@@ -75,6 +75,13 @@ def test_sharing_divides_a_repeats_reward_by_its_niche_and_leaves_a_new_form_who
     assert (other_type.niche, other_type.reward) == (1, 0.5)  # niches are per task type
 
 
+def test_with_a_penalty_a_repeat_the_students_always_solve_costs_its_teacher(buffer):
+    solved_repeat, new = proposal(ADD7, reward=0.0), proposal(LOOP, reward=0.0)
+    _share(StepGame([solved_repeat, new], []), buffer, window=10, penalty=0.1, floor=-1.0)
+    assert solved_repeat.reward == pytest.approx(-0.2)  # division alone would leave it at 0
+    assert new.reward == 0.0
+
+
 def test_the_window_counts_only_the_newest_buffered_tasks(buffer):
     repeat = proposal(ADD3)
     _share(StepGame([repeat], []), buffer, window=1)  # the newest one is SUM

@@ -83,3 +83,11 @@ def test_a_shared_reward_is_divided_among_its_niche():
     assert shared_teacher_reward(0.6, 3) == pytest.approx(0.2)
     with pytest.raises(ValueError):
         shared_teacher_reward(0.6, 0)
+
+
+def test_with_a_penalty_a_form_repeated_often_costs_as_much_as_an_invalid_task():
+    assert shared_teacher_reward(0.0, 1, penalty=0.1) == 0.0  # a new form is never penalised
+    assert shared_teacher_reward(0.0, 4, penalty=0.1) == pytest.approx(-0.3)  # solved always, posed 3 times before
+    assert shared_teacher_reward(0.6, 3, penalty=0.1) == pytest.approx(0.2 - 0.2)
+    assert shared_teacher_reward(0.5, 30, penalty=0.1) == -1.0  # no worse than a task that fails to run
+    assert shared_teacher_reward(0.5, 30, penalty=0.1, floor=-0.5) == -0.5  # rewards.invalid_task

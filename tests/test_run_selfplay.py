@@ -235,12 +235,12 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "generation.teacher_temperature=0.7", "generation.top_p=0.95",
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
-                             "rewards.solvable_by=population"])
+                             "rewards.novelty_penalty=0.1", "rewards.solvable_by=population"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
-        invalid_task_reward=-0.5, novelty_window=16, solvable_by="population", context=2048)
+        invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, solvable_by="population", context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):

@@ -116,6 +116,7 @@ class PlaySettings:
     student_max_tokens: int
     invalid_task_reward: float = INVALID_TASK_REWARD  # rewards.invalid_task
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
+    novelty_penalty: float = 0.0  # rewards.novelty_penalty: subtracted per repeat, down to the invalid reward
     solvable_by: str = "matched"  # rewards.solvable_by: who may show a task solvable
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
@@ -130,7 +131,7 @@ class PlaySettings:
                    teacher_temperature=gen.proposal_temperature, top_p=gen.top_p,
                    teacher_max_tokens=gen.teacher_max_tokens, student_max_tokens=gen.student_max_tokens,
                    invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
-                   solvable_by=rewards.solvable_by, context=context)
+                   novelty_penalty=rewards.novelty_penalty, solvable_by=rewards.solvable_by, context=context)
 
 
 class SelfPlay:
@@ -223,7 +224,7 @@ class SelfPlay:
         game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
         _score(game, s.invalid_task_reward)
         if s.novelty_window > 0:
-            _share(game, buffer, s.novelty_window)
+            _share(game, buffer, s.novelty_window, s.novelty_penalty, s.invalid_task_reward)
         return game
 
     def _answer(self, game: StepGame, jobs: list[tuple[int, str]], prompt_of: dict[int, list[int]],
@@ -298,8 +299,10 @@ def _score(game: StepGame, invalid_task_reward: float) -> None:
             p.reward = teacher_reward(False, None, invalid=invalid_task_reward)
 
 
-def _share(game: StepGame, buffer: TaskBuffer, window: int) -> None:
-    """Fitness sharing (popula.novelty): a valid task's reward divided by its niche count.
+def _share(game: StepGame, buffer: TaskBuffer, window: int, penalty: float = 0.0,
+           floor: float = INVALID_TASK_REWARD) -> None:
+    """Fitness sharing (popula.novelty): a valid task's reward divided by its niche count, less
+    `penalty` per other member, never below `floor`.
 
     The niche is counted over every teacher's valid tasks of the type in this step, so in a
     population the teachers also compete with each other for new forms; the league still
@@ -310,7 +313,7 @@ def _share(game: StepGame, buffer: TaskBuffer, window: int) -> None:
         recent = [r.program for r in buffer.newest(task_type, window)]
         for p, niche in zip(mine, niche_counts([p.task.program for p in mine], recent)):
             p.niche = niche
-            p.reward = shared_teacher_reward(p.reward, niche)
+            p.reward = shared_teacher_reward(p.reward, niche, penalty=penalty, floor=floor)
 
 
 def match_results(game: StepGame, match: Match) -> list[TaskResult]:
