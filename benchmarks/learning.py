@@ -390,11 +390,9 @@ def _greedy(args: argparse.Namespace, heldout: Path, targets: list[Target], summ
     towards the greedy answer without solving anything new. A gain over the base's greedy score is
     one that decoding alone does not give."""
     reports = _score_greedy(args, heldout, targets, scores_dir, "greedy-", args.max_tokens)
-    by_run: dict[tuple[str, int | None], list[dict]] = {}
-    for t, r in reports.items():
-        by_run.setdefault((t.label, t.seed), []).append(r)
-    base = [by_run["base", None][0]] * len(args.seeds)
-    population = [mean_report(by_run["population", s], f"population-s{s}: greedy mean") for s in args.seeds]
+    base = [next(r for t, r in reports.items() if t.seed is None)] * len(args.seeds)
+    population = [mean_report([r for t, r in reports.items() if (t.label, t.seed) == ("population", s)],
+                              f"population-s{s}: greedy mean") for s in args.seeds]
     single = [next(r for t, r in reports.items() if [t.label, t.seed, t.adapter] == target)
               for target in summary["single"]["targets"]]
     paired = {"population mean - base": (population, base), "single - base": (single, base),

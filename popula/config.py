@@ -325,6 +325,13 @@ class RewardsConfig(_Section):
                     "students whose answers have collapsed (always right or always wrong on a task), under which "
                     "every valid task pays 0; with one student it changes nothing")
 
+    @model_validator(mode="after")
+    def _penalty_needs_a_window(self) -> "RewardsConfig":
+        if self.novelty_penalty > 0 and self.novelty_window == 0:
+            raise ValueError(f"rewards.novelty_penalty={self.novelty_penalty} counts repeats within "
+                             "rewards.novelty_window, which is 0 (off); set a window, e.g. 64")
+        return self
+
 
 class RunConfig(_Section):
     steps: int = Field(120, ge=1)
@@ -455,14 +462,6 @@ class Config(_Section):
                 f"evolution.replace_bottom={e.replace_bottom} would replace every member of a role "
                 f"({p.teachers} teachers, {p.students} students) and leave no parents"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _novelty_penalty_needs_a_window(self) -> "Config":
-        r = self.rewards
-        if r.novelty_penalty > 0 and r.novelty_window == 0:
-            raise ValueError(f"rewards.novelty_penalty={r.novelty_penalty} counts repeats within "
-                             "rewards.novelty_window, which is 0 (off); set a window, e.g. 64")
         return self
 
     @model_validator(mode="after")
