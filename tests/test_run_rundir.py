@@ -1,11 +1,15 @@
 """A run directory holds one run: fresh runs don't overwrite it, resumes must match it."""
 
+import os
+import signal
+import time
+
 import pytest
 import yaml
 
 from popula.config import load_config
 from popula.errors import PopulaError
-from popula.run.rundir import prepare_run_dir, resume_point
+from popula.run.rundir import GracefulStop, prepare_run_dir, resume_point
 
 
 def test_fresh_run_writes_the_resolved_config(tmp_path):
@@ -86,3 +90,27 @@ def test_resume_compares_the_resolved_config_not_the_file_it_extends(tmp_path):
     with pytest.raises(PopulaError, match=r"differs at evolution\.enabled, population\.single_agent, "
                                           r"population\.students, population\.teachers"):
         prepare_run_dir(run, load_config("configs/tiny-cpu.yaml"), resume=True)
+
+
+def test_a_second_ctrl_c_cuts_short_only_a_steps_play_and_anywhere_else_waits(capsys):
+    """The race a timed end-to-end test can miss: the second Ctrl-C landing while the run
+    closes its engines (after the loop) must not escape as KeyboardInterrupt."""
+    pytests_own = signal.getsignal(signal.SIGINT)
+    try:
+        _interrupt_twice_in_and_out_of_play()
+        os.kill(os.getpid(), signal.SIGINT)  # a stop was asked: later ones are ignored, not raised
+    finally:
+        signal.signal(signal.SIGINT, pytests_own)
+    assert capsys.readouterr().out.count("saving the last finished step first") == 2
+
+
+def _interrupt_twice_in_and_out_of_play() -> None:
+    with GracefulStop() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested
+        os.kill(os.getpid(), signal.SIGINT)  # outside play: say so and carry on
+        with pytest.raises(KeyboardInterrupt):
+            with stop.abandonable():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs before this returns
+        os.kill(os.getpid(), signal.SIGINT)  # after the play was cut: waits again

@@ -280,20 +280,19 @@ class PopulationRun:
                 while self.step < self.cfg.run.steps and not stop.requested:
                     generators = self._rng_state()
                     try:
-                        played = self._play(self.step + 1)
+                        with stop.abandonable():  # the only part a second Ctrl-C cuts short
+                            played = self._play(self.step + 1)
                     except KeyboardInterrupt:
                         self._set_rng_state(generators)
                         break
-                    with stop.protected():  # from here the step changes the run's state: finished, not cut
-                        row = self._learn_from(played)
-                        self.step += 1
-                        self.metrics.write(row)
-                        print(summary_line(row), flush=True)
-                        if self.step % self.cfg.run.checkpoint_every == 0:
-                            self._checkpoint()
-                with stop.protected():
-                    if self.checkpoints.latest_step() != self.step:
+                    row = self._learn_from(played)
+                    self.step += 1
+                    self.metrics.write(row)
+                    print(summary_line(row), flush=True)
+                    if self.step % self.cfg.run.checkpoint_every == 0:
                         self._checkpoint()
+                if self.checkpoints.latest_step() != self.step:
+                    self._checkpoint()
             finally:
                 self.close()
                 gc.unfreeze()

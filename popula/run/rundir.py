@@ -321,13 +321,14 @@ def uninterruptible() -> Iterator[None]:
 
 class GracefulStop:
     """Ctrl-C during a run. The first: finish the current step, checkpoint, exit. A second one
-    during the step's play (generating and judging, which change nothing a checkpoint holds)
-    stops at once and the run saves the step before it; during the step's update and its
-    checkpoint (`protected`) it waits for them, so the last finished step is always saved."""
+    during the step's play (`abandonable`: generating and judging, which change nothing a
+    checkpoint holds) stops at once and the run saves the step before it. Anywhere else (the
+    update, the checkpoint, closing the engines) it waits: only play is ever cut short, so the
+    last finished step is always saved and the exit is always the clean one."""
 
     def __init__(self) -> None:
         self.requested = False
-        self._protected = False
+        self._abandonable = False
         self._previous: Any = None
 
     def __enter__(self) -> "GracefulStop":
@@ -340,20 +341,21 @@ class GracefulStop:
         signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
     @contextmanager
-    def protected(self) -> Iterator[None]:
-        """A section a second Ctrl-C does not cut short (updating the state, writing the checkpoint)."""
-        self._protected = True
+    def abandonable(self) -> Iterator[None]:
+        """A section a second Ctrl-C cuts short with KeyboardInterrupt (a step's play)."""
+        self._abandonable = True
         try:
             yield
         finally:
-            self._protected = False
+            self._abandonable = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self.requested:
             self.requested = True
             print("\npopula: stopping after this step (Ctrl-C again to stop sooner)", flush=True)
-        elif self._protected:
-            print("\npopula: saving this step first; it takes a moment", flush=True)
-        else:
+        elif self._abandonable:
+            self._abandonable = False  # one interrupt per play: its own cleanup is not cut again
             raise KeyboardInterrupt
+        else:
+            print("\npopula: saving the last finished step first; it takes a moment", flush=True)
 
