@@ -15,6 +15,10 @@ the same probe set (refused otherwise). Printed per rung, in the order given:
 - means of the first and last `--window` steps: student entropy, the share of (task, student)
   groups whose rewards differ (`signal_groups`), AST depth and distinct forms of valid tasks,
   the students' training solve rate;
+- the share of valid `code_f` tasks (teachers' own, from the run's `tasks.jsonl`) whose every
+  output equals its input, over the same first and last steps: an identity function is the
+  form a collapsed curriculum repeats (rung J, seed 1: `def f(n): return n`), and a student
+  that answers `return x` solves it without reading the examples;
 - the mean step time with the probe's time left out.
 `--until STEP` reads every run only up to that step, so rungs that ran on for different
 lengths are judged over the same steps (a rule fixed at the last probe they all reached).
@@ -42,10 +46,12 @@ WINDOWED = {  # metrics.jsonl key -> column label
     "distinct_forms": "distinct forms",
     "solve_rate": "solve rate",
 }
+IDENTITY = "identity_code_f"  # windows' key for identity_share, read from tasks.jsonl
 
 
-def rung_figures(rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
-    """One run's figures: its probe by step, windowed means of the first and last steps, step time."""
+def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One run's figures: its probe by step, windowed means of the first and last steps, the
+    identity share of its `code_f` tasks over the same steps (when `tasks` is given), step time."""
     probe = {}
     for row in rows:
         if "heldout" in row:
@@ -56,8 +62,18 @@ def rung_figures(rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
                                   "weakest_pass1": min(s["pass1"] for s in scores),
                                   "mean_passk": statistics.fmean(s["passk"] for s in scores)}
     windows = {key: {"first": _mean(rows[:window], key), "last": _mean(rows[-window:], key)} for key in WINDOWED}
+    if tasks is not None:
+        windows[IDENTITY] = {"first": identity_share(tasks, {row["step"] for row in rows[:window]}),
+                             "last": identity_share(tasks, {row["step"] for row in rows[-window:]})}
     step_s = [row["wall_s"] - row.get("phases", {}).get("heldout_s", 0.0) for row in rows]
     return {"steps": len(rows), "probe": probe, "windows": windows, "step_s": statistics.fmean(step_s) if step_s else None}
+
+
+def identity_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None:
+    """The share of teachers' `code_f` tasks posed at `steps` whose every output equals its input."""
+    posed = [t for t in tasks if t.get("type") == "code_f" and t.get("step") in steps and t.get("teacher") != "seed"]
+    same = [t for t in posed if t["inputs"] and t["inputs"] == t["outputs"]]
+    return len(same) / len(posed) if posed else None
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -65,9 +81,11 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def ladder(rungs: dict[str, list[dict[str, Any]]], window: int) -> dict[str, Any]:
+def ladder(rungs: dict[str, list[dict[str, Any]]], window: int,
+           tasks: dict[str, list[dict[str, Any]] | None] | None = None) -> dict[str, Any]:
     """Every rung's figures, on the probe steps all rungs share; refuses rungs probed on different sets."""
-    figures = {label: rung_figures(rows, window) for label, rows in rungs.items()}
+    tasks = tasks or {}
+    figures = {label: rung_figures(rows, window, tasks.get(label)) for label, rows in rungs.items()}
     sets = {tuple(p["set"]) for f in figures.values() for p in f["probe"].values()}
     if len(sets) > 1:
         raise PopulaError(f"the rungs' probes differ in size ({sorted(sets)} tasks x samples); a ladder compares one probe set")
@@ -83,15 +101,26 @@ def format_table(result: dict[str, Any]) -> str:
 
     steps = result["probe_steps"]
     head = ["rung", "steps"] + [f"probe {s}: mean / weakest / pass@k" for s in steps]
-    head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()] + ["step s"]
+    head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()]
+    head += [f"identity code_f first→last {result['window']}", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, f in result["rungs"].items():
         cells = [label, str(f["steps"])]
         cells += [" / ".join(num(f["probe"][s][k]) for k in ("mean_pass1", "weakest_pass1", "mean_passk")) for s in steps]
         cells += [f"{num(f['windows'][k]['first'])}→{num(f['windows'][k]['last'])}" for k in WINDOWED]
+        identity = f["windows"].get(IDENTITY)
+        cells.append("-" if identity is None else f"{num(identity['first'])}→{num(identity['last'])}")
         cells.append("-" if f["step_s"] is None else f"{f['step_s']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _read_tasks(path: Path) -> list[dict[str, Any]] | None:
+    """A run's task log, or None when it has none (the column then reads "-")."""
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def main() -> None:
@@ -103,7 +132,7 @@ def main() -> None:
                         help="read every run up to this step only (default: all its steps)")
     args = parser.parse_args()
     try:
-        rungs = {}
+        rungs, tasks = {}, {}
         for spec in args.rungs:
             label, sep, path = spec.partition("=")
             if not sep or not label or not path:
@@ -113,7 +142,8 @@ def main() -> None:
                 raise PopulaError(f"{metrics}: no such file; give a `popula run` directory")
             rows = read_metrics(metrics)
             rungs[label] = [row for row in rows if args.until is None or row["step"] <= args.until]
-        result = ladder(rungs, args.window)
+            tasks[label] = _read_tasks(Path(path) / "tasks.jsonl")
+        result = ladder(rungs, args.window, tasks)
     except PopulaError as exc:
         sys.exit(f"settings_ladder: {exc}")
     print(format_table(result))

@@ -69,3 +69,26 @@ def test_until_judges_every_rung_over_the_same_steps(tmp_path):
     assert result["probe_steps"] == [2]
     assert result["rungs"]["long"]["steps"] == 2
     assert result["rungs"]["long"]["windows"]["student_entropy"] == {"first": 0.5, "last": 0.4}
+
+
+def test_the_identity_share_counts_teachers_code_f_tasks_that_return_their_input(tmp_path):
+    """Rung R's rule reads it: over the first and last steps, how much of the `code_f`
+    curriculum is an identity function; the generated seed tasks are not the teachers'."""
+    a = run_dir(tmp_path / "a", [0.5] * 4, {4: {"S0": (0.3, 0.5)}})
+    task = {"type": "code_f", "program": "def f(n): return n", "message": ""}
+    tasks = [
+        dict(task, step=0, teacher="seed", inputs=["1"], outputs=["1"]),
+        dict(task, step=1, teacher="T0", inputs=["1", "2"], outputs=["1", "3"]),
+        dict(task, step=1, teacher="T0", inputs=["'a'"], outputs=["'b'"]),
+        dict(task, step=4, teacher="T1", inputs=["1", "2"], outputs=["1", "2"]),
+        dict(task, step=4, teacher="T0", inputs=["'a'"], outputs=["'A'"]),
+        dict(task, step=4, teacher="T0", type="code_o", inputs=["1"], outputs=["1"]),
+    ]
+    (a / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    b = run_dir(tmp_path / "b", [0.5] * 4, {4: {"S0": (0.3, 0.5)}})  # no task log: shown as "-"
+    done = ladder(f"a={a}", f"b={b}", "--window", "2")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rungs"]["a"]["windows"]["identity_code_f"] == {"first": 0.0, "last": 0.5}
+    assert "identity_code_f" not in result["rungs"]["b"]["windows"]
+    assert "0.000→0.500" in done.stdout
