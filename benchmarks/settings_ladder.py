@@ -14,7 +14,8 @@ the same probe set (refused otherwise). Printed per rung, in the order given:
   the mean pass@k (k = the probe's samples);
 - means of the first and last `--window` steps: student entropy, the share of (task, student)
   groups whose rewards differ (`signal_groups`), AST depth and distinct forms of valid tasks,
-  the students' training solve rate;
+  the students' training solve rate, the share of tasks a student answers without reading them
+  (`trivial_rate`);
 - the share of valid `code_f` tasks (teachers' own, from the run's `tasks.jsonl`) whose every
   output equals its input, over the same first and last steps: an identity function is the
   form a collapsed curriculum repeats (rung J, seed 1: `def f(n): return n`), and a student
@@ -45,6 +46,7 @@ WINDOWED = {  # metrics.jsonl key -> column label
     "ast_depth": "AST depth",
     "distinct_forms": "distinct forms",
     "solve_rate": "solve rate",
+    "trivial_rate": "trivial tasks",  # runs from before the measure read "-"
 }
 IDENTITY = "identity_code_f"  # windows' key for identity_share, read from tasks.jsonl
 

@@ -317,6 +317,12 @@ class RewardsConfig(_Section):
                     "reward, down to rewards.invalid_task, so a form repeated often costs its teacher as much as a "
                     "task that fails to run (division alone leaves a reward of 0 at 0: a task the students always "
                     "solve stays safer than a new one that may fail); 0: off")
+    refuse_trivial: bool = Field(
+        False,
+        description="a valid task a student can answer without reading it (an identity function; for code_f also "
+                    "a constant one: TaskKind.trivial_fault) is invalid: its teacher gets rewards.invalid_task and "
+                    "no student answers it. For a curriculum that fills with `def f(n): return n` and students "
+                    "that learn to copy (docs/results/smollm2-rung-j/); false: the design's, such a task is valid")
     solvable_by: Literal["matched", "population"] = Field(
         "matched",
         description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "

@@ -35,6 +35,7 @@ Reason = Literal[
     "output_too_large",
     "not_a_value",  # an answer only: a code_o/code_i answer that is not literal values (never run)
     "too_long",  # valid to the sandbox, but its student prompt and answer exceed the model's context
+    "trivial",  # valid to the sandbox, but answered without reading it (rewards.refuse_trivial; TaskKind.trivial_fault)
     "malformed",  # `popula verify` only: a line that is no task record (not JSON, a field missing or wrong, ...)
     "too_large",  # a record over the sandbox's caps (bytes per record, inputs per task): refused before any work
 ]

@@ -10,6 +10,7 @@ import pytest
 from popula.errors import PopulaError
 from popula.kinds import KINDS, TaskKind, get_kind, register, task_types
 from popula.kinds.code_o import CodeOutput
+from popula.records import TaskRecord
 
 
 def test_the_built_in_kinds_in_their_order():
@@ -53,3 +54,18 @@ def test_every_kind_states_its_texts():
         assert isinstance(kind, TaskKind) and kind.name in KINDS
         assert all(getattr(kind, a) for a in ("description", "label", "compact_head", "direct_ask"))
         assert 1 <= kind.min_inputs <= kind.proposal_inputs
+
+
+@pytest.mark.parametrize("kind, inputs, outputs, trivial", [
+    ("code_o", ["3"], ["3"], "identity"),  # the answer is the input, copied
+    ("code_o", ["3"], ["4"], None),
+    ("code_i", ["'ab'"], ["'ab'"], "identity"),  # the answer is the output, copied
+    ("code_f", ["1", "2", "3", "4"], ["1", "2", "3", "4"], "identity"),  # `return x`
+    ("code_f", ["1", "2", "3", "4"], ["7", "7", "7", "7"], "constant"),  # read off the first example
+    ("code_f", ["1", "2", "3", "4"], ["1", "2", "3", "5"], None),  # a hidden input differs
+    ("code_f", ["1, 2", "3, 4"], ["(1, 2)", "(3, 4)"], None),  # packing its arguments reads them
+])
+def test_a_task_is_trivial_when_a_student_can_answer_it_without_reading_it(kind, inputs, outputs, trivial):
+    task = TaskRecord(id="t", type=kind, program="def f(x):\n    return x", inputs=inputs, outputs=outputs)
+    fault = get_kind(kind).trivial_fault(task)
+    assert (fault is None) if trivial is None else (trivial in fault)

@@ -24,6 +24,7 @@ from popula.records import TaskRecord
 from popula.rewards import MALFORMED_ANSWER_REWARD
 from popula.run.buffer import TaskBuffer
 from popula.run.selfplay import PlaySettings, Proposal, SelfPlay, match_results, teacher_group
+from popula.run.step_metrics import trivial_rate
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import COMPACT_EOS, CompactFormat
@@ -182,6 +183,28 @@ def test_a_task_too_long_to_show_a_student_is_invalid_and_costs_its_teacher(tmp_
     assert [r.valid for r in match_results(game, Match("T0", "S0"))].count(False) == 1
 
 
+def trivial_tasks(tasks) -> list[TaskRecord]:
+    """An identity code_o, a constant code_f and the generator's first code_i (not trivial)."""
+    identity = TaskRecord(id="id", type="code_o", program="def f(x):\n    return x", inputs=["5"], outputs=["5"])
+    constant = TaskRecord(id="k", type="code_f", program="def f(x):\n    return 7", inputs=["1", "2", "3", "4"],
+                          outputs=["7"] * 4, message="a number")
+    return [identity, constant, next(t for t in tasks if t.type == "code_i")]
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_a_task_answered_without_reading_it_is_invalid_only_when_the_run_refuses_them(tmp_path, sandbox, tasks, refuse):
+    game = play(tmp_path, sandbox, trivial_tasks(tasks), [Match("T0", "S0")], right=4, refuse_trivial=refuse)
+    by_type = {p.task_type: p for p in game.proposals}
+    assert by_type["code_i"].valid and by_type["code_i"].reward == 0.0  # solved every time
+    for kind in ("code_o", "code_f"):
+        p = by_type[kind]
+        assert p.valid is not refuse
+        if refuse:
+            assert p.verdict.reason == "trivial" and p.reward == -1.0
+    assert {game.proposals[a.proposal].task_type for a in game.attempts} == ({"code_i"} if refuse else set(by_type))
+    assert trivial_rate(game) == pytest.approx(2 / 3)  # counted either way: the curriculum's drift shows
+
+
 def test_teacher_prompts_drop_their_first_references_to_fit_the_context(tmp_path, sandbox, tasks):
     tok = byte_tokenizer()
     players = ScriptedPlayers(tasks, tok, right=1)
@@ -235,12 +258,14 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "generation.teacher_temperature=0.7", "generation.top_p=0.95",
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
-                             "rewards.novelty_penalty=0.1", "rewards.solvable_by=population"])
+                             "rewards.novelty_penalty=0.1", "rewards.refuse_trivial=true",
+                             "rewards.solvable_by=population"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
-        invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, solvable_by="population", context=2048)
+        invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, refuse_trivial=True,
+        solvable_by="population", context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):

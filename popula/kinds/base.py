@@ -64,6 +64,18 @@ class TaskKind:
         """Why a task record of this kind may not carry `n_inputs` inputs (after "field 'inputs' "), or None."""
         return None if n_inputs == 1 else f"of a {self.name} task must hold exactly one input"
 
+    def trivial_fault(self, task: Task) -> str | None:
+        """Why a student could answer this judged task without reading it, or None.
+
+        An identity function (every output equals its input) is answered by copying what the
+        prompt shows: the input for code_o, the output for code_i, `return x` for code_f. A
+        curriculum that fills with it teaches that copy (rung J, seed 1:
+        docs/results/smollm2-rung-j/). `rewards.refuse_trivial` makes such a task invalid.
+        """
+        if task.inputs and task.inputs == task.outputs:
+            return "every output equals its input (an identity function)"
+        return None
+
     # -- compact format (tiny base) -------------------------------------------------------
 
     def compact_reference(self, ref: Task) -> str:

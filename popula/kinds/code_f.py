@@ -53,6 +53,12 @@ class CodeFunction(TaskKind):
         return (f"of a code_f task holds {n_inputs} input; it needs at least 2: the "
                 "first half (n // 2) is shown to the student as examples, the rest judge the answer")
 
+    def trivial_fault(self, task: Task) -> str | None:
+        # a constant is read off the first example shown: every hidden input is judged by it
+        if len(task.outputs) > 1 and len(set(task.outputs)) == 1:
+            return f"every output is {task.outputs[0]} (a constant function)"
+        return super().trivial_fault(task)
+
     def compact_reference(self, ref: Task) -> str:
         return f"# {ref.message}" if ref.message else "#"
 

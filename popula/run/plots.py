@@ -1,8 +1,9 @@
 """Figures of a run's metrics.jsonl: the curves PopuLoRA argues from.
 
 One PNG per measure (solve rate, teacher reward, valid rate, the four complexity measures,
-the curriculum's variety, and the students' exploration), each with every given run on the
-same axes, so a population run and its single-agent baseline can be compared at a glance.
+the curriculum's variety and its trivial tasks, and the students' exploration), each with
+every given run on the same axes, so a population run and its single-agent baseline can be
+compared at a glance.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ FIGURES: dict[str, str] = {
     "loc": "lines of code",
     "n_vars": "distinct variables",
     "distinct_forms": "distinct program forms among valid tasks",
+    "trivial_rate": "tasks answered without reading them",
     "student_entropy": "student entropy (answer tokens' mean -log p)",
     "student_entropy_coef": "students' entropy bonus (mean coefficient)",
     "signal_groups": "student groups with a signal (rewards differ)",

@@ -22,6 +22,7 @@ from popula.complexity import written_multiline
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.league import Match, TaskResult
+from popula.kinds import get_kind
 from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult
 from popula.rewards import INVALID_TASK_REWARD, shared_teacher_reward, solve_rate, student_reward, teacher_reward
@@ -117,6 +118,7 @@ class PlaySettings:
     invalid_task_reward: float = INVALID_TASK_REWARD  # rewards.invalid_task
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
     novelty_penalty: float = 0.0  # rewards.novelty_penalty: subtracted per repeat, down to the invalid reward
+    refuse_trivial: bool = False  # rewards.refuse_trivial: a task answered without reading it is invalid
     solvable_by: str = "matched"  # rewards.solvable_by: who may show a task solvable
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
@@ -131,7 +133,8 @@ class PlaySettings:
                    teacher_temperature=gen.proposal_temperature, top_p=gen.top_p,
                    teacher_max_tokens=gen.teacher_max_tokens, student_max_tokens=gen.student_max_tokens,
                    invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
-                   novelty_penalty=rewards.novelty_penalty, solvable_by=rewards.solvable_by, context=context)
+                   novelty_penalty=rewards.novelty_penalty, refuse_trivial=rewards.refuse_trivial,
+                   solvable_by=rewards.solvable_by, context=context)
 
 
 class SelfPlay:
@@ -199,6 +202,8 @@ class SelfPlay:
                     p.verdict = dataclasses.replace(p.verdict, valid=False, reason="too_long", detail=(
                         f"student prompt of {len(prompt_of[i])} tokens + {s.student_max_tokens} answer tokens "
                         f"exceed the model's context of {s.context}"))
+                elif s.refuse_trivial and (fault := get_kind(p.task_type).trivial_fault(p.task)):
+                    p.verdict = dataclasses.replace(p.verdict, valid=False, reason="trivial", detail=fault)
 
         # (4) each matched student answers every valid task with n rollouts
         jobs = [(i, student) for i, p in enumerate(proposals) if p.valid for student in students_of[p.teacher]]

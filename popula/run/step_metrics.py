@@ -10,6 +10,7 @@ import numpy as np
 
 from popula.complexity import measure, parsed_depths
 from popula.engines.base import Sample
+from popula.kinds import get_kind
 from popula.league.schema import MatchRecord
 from popula.novelty import distinct_form_rate
 from popula.run.selfplay import StepGame, group_rewards
@@ -39,6 +40,14 @@ def completion_lengths(samples: Sequence[Sample]) -> dict[str, Any] | None:
     lengths = [len(s.token_ids) for s in samples]
     return {"mean": float(np.mean(lengths)), "max": max(lengths),
             "capped": sum(s.finish_reason == "length" for s in samples) / len(samples)}
+
+
+def trivial_rate(game: StepGame) -> float | None:
+    """The share of the step's sandbox-valid tasks a student answers without reading them
+    (`TaskKind.trivial_fault`: identity functions, constant code_f), whether or not
+    `rewards.refuse_trivial` refused them: a curriculum drifting onto them shows here."""
+    judged = [p for p in game.proposals if p.valid or (p.verdict is not None and p.verdict.reason == "trivial")]
+    return _mean([float(not p.valid or get_kind(p.task_type).trivial_fault(p.task) is not None) for p in judged])
 
 
 def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
@@ -74,6 +83,7 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "teacher_reward_mean": _mean([p.reward for p in game.proposals]) or 0.0,
         "student_reward_mean": _mean([a.reward for a in attempts]) or 0.0,
         "malformed_rate": _mean([float(a.answer is None) for a in attempts]),
+        "trivial_rate": trivial_rate(game),
         # the share of (task, student) groups whose rewards differ: only they carry a student
         # advantage (GRPO); `resampled_groups` were answered again for it (dynamic sampling)
         "signal_groups": _mean([float(len(set(r)) > 1) for r in group_rewards(attempts).values()]),
