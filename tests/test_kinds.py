@@ -57,10 +57,10 @@ def test_every_kind_states_its_texts():
 
 
 @pytest.mark.parametrize("kind, inputs, outputs, trivial", [
-    ("code_o", ["3"], ["3"], "identity"),  # the answer is the input, copied
+    ("code_o", ["3"], ["3"], "copying"),  # the answer is the input, copied
     ("code_o", ["3"], ["4"], None),
-    ("code_i", ["'ab'"], ["'ab'"], "identity"),  # the answer is the output, copied
-    ("code_f", ["1", "2", "3", "4"], ["1", "2", "3", "4"], "identity"),  # `return x`
+    ("code_i", ["'ab'"], ["'ab'"], "copying"),  # the answer is the output, copied
+    ("code_f", ["1", "2", "3", "4"], ["1", "2", "3", "4"], "copying"),  # `return x`
     ("code_f", ["1", "2", "3", "4"], ["7", "7", "7", "7"], "constant"),  # read off the first example
     ("code_f", ["1", "2", "3", "4"], ["1", "2", "3", "5"], None),  # a hidden input differs
     ("code_f", ["1, 2", "3, 4"], ["(1, 2)", "(3, 4)"], None),  # packing its arguments reads them
