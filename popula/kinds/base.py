@@ -69,9 +69,9 @@ class TaskKind:
 
         A task whose every output equals its input (an identity function, or one that acts as
         one on these inputs: `abs` on 5) is answered by copying what the prompt shows: the input
-        for code_o, the output for code_i, `return x` for code_f. A
-        curriculum that fills with it teaches that copy (rung J, seed 1:
-        docs/results/smollm2-rung-j/). `rewards.refuse_trivial` makes such a task invalid.
+        for code_o, the output for code_i, `return x` for code_f. A curriculum that fills with it
+        teaches that copy (rung J, seed 1: docs/results/smollm2-rung-j/). `rewards.refuse_trivial`
+        makes such a task invalid.
         """
         if task.inputs and task.inputs == task.outputs:
             return "every output equals its input: copying answers it"
