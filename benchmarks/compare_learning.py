@@ -49,7 +49,10 @@ def _report(out: Path, label: str, seed: int, name: str, decoding: str = "sample
         raise PopulaError(f"{path}: no report for {label}-s{seed}'s student {name!r}; score it with "
                           f"`popula eval {out / f'{label}-s{seed}'} --adapter {name}{flags} --json --per-task` "
                           f"(or run benchmarks/learning.py on {out})")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a report still being written, or cut short
+        raise PopulaError(f"{path}: not a `popula eval --json` report ({err}); score it again") from None
 
 
 def live_names(out: Path, label: str, seed: int) -> list[str]:

@@ -93,6 +93,15 @@ def test_a_missing_score_is_a_clear_error_naming_the_command(tmp_path):
     assert done.returncode == 2 and "popula eval" in done.stderr and "S0" in done.stderr
 
 
+def test_a_report_cut_short_is_a_one_line_error_naming_it(tmp_path):
+    a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 4}}, best="S0")
+    (a / "scores" / "population-s0-S0.json").write_text("")  # the scorer was stopped before it wrote
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(a),
+                           "--seeds", "0", "--labels", "population"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "population-s0-S0.json" in done.stderr
+
+
 def test_a_study_published_without_its_runs_compares_as_the_runs_did(tmp_path):
     a = folder(tmp_path / "a", {"S0": {"t1": 4, "t2": 4}, "S1": {"t1": 0, "t2": 0}}, best="S0")
     b = folder(tmp_path / "b", {"S0": {"t1": 4, "t2": 4}, "S1": {"t1": 2, "t2": 2}}, best="S1")
