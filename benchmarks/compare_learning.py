@@ -49,9 +49,14 @@ def _report(out: Path, label: str, seed: int, name: str, decoding: str = "sample
         raise PopulaError(f"{path}: no report for {label}-s{seed}'s student {name!r}; score it with "
                           f"`popula eval {out / f'{label}-s{seed}'} --adapter {name}{flags} --json --per-task` "
                           f"(or run benchmarks/learning.py on {out})")
+    return _read_report(path)
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    """A score file's JSON, or a one-line error naming it: a scorer stopped mid-write leaves it cut short."""
     try:
         return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a report still being written, or cut short
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PopulaError(f"{path}: not a `popula eval --json` report ({err}); score it again") from None
 
 
@@ -91,7 +96,7 @@ def compare(a: Path, b: Path, seeds: list[int], labels: list[str], pick: str = "
         for name, folder, reports in (("A - base", a, ra), ("B - base", b, rb)):
             base = folder / "scores" / f"{DECODINGS[decoding][0]}base.json"
             if base.exists():
-                bare = json.loads(base.read_text())
+                bare = _read_report(base)
                 pairs[name] = (reports, [{m: mean_report([bare], "base", f) for m, f in METRICS.items()}] * len(seeds))
         out[label] = {f"{metric} {name}": paired_difference([r[metric] for r in x], [r[metric] for r in y])
                       for name, (x, y) in pairs.items() for metric in METRICS}

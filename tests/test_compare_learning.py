@@ -100,6 +100,11 @@ def test_a_report_cut_short_is_a_one_line_error_naming_it(tmp_path):
                            "--seeds", "0", "--labels", "population"], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and "population-s0-S0.json" in done.stderr
+    write_report(a / "scores" / "population-s0-S0.json", {"t1": 4, "t2": 4})
+    (a / "scores" / "base.json").write_text("{")  # the base's report, cut short the same way
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_learning.py"), str(a), str(a),
+                           "--seeds", "0", "--labels", "population"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "base.json" in done.stderr
 
 
 def test_a_study_published_without_its_runs_compares_as_the_runs_did(tmp_path):
