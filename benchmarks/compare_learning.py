@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.errors import PopulaError  # noqa: E402
 from popula.eval.paired import (PairedDifference, mean_report, paired_difference, per_task_pass1,  # noqa: E402
                                 per_task_pass_at_k)
+from popula.eval.report import read_report  # noqa: E402
 from popula.run.rundir import live_students  # noqa: E402
 
 METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
@@ -49,15 +50,7 @@ def _report(out: Path, label: str, seed: int, name: str, decoding: str = "sample
         raise PopulaError(f"{path}: no report for {label}-s{seed}'s student {name!r}; score it with "
                           f"`popula eval {out / f'{label}-s{seed}'} --adapter {name}{flags} --json --per-task` "
                           f"(or run benchmarks/learning.py on {out})")
-    return _read_report(path)
-
-
-def _read_report(path: Path) -> dict[str, Any]:
-    """A score file's JSON, or a one-line error naming it: a scorer stopped mid-write leaves it cut short."""
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PopulaError(f"{path}: not a `popula eval --json` report ({err}); score it again") from None
+    return read_report(path)
 
 
 def live_names(out: Path, label: str, seed: int) -> list[str]:
@@ -96,7 +89,7 @@ def compare(a: Path, b: Path, seeds: list[int], labels: list[str], pick: str = "
         for name, folder, reports in (("A - base", a, ra), ("B - base", b, rb)):
             base = folder / "scores" / f"{DECODINGS[decoding][0]}base.json"
             if base.exists():
-                bare = _read_report(base)
+                bare = read_report(base)
                 pairs[name] = (reports, [{m: mean_report([bare], "base", f) for m, f in METRICS.items()}] * len(seeds))
         out[label] = {f"{metric} {name}": paired_difference([r[metric] for r in x], [r[metric] for r in y])
                       for name, (x, y) in pairs.items() for metric in METRICS}

@@ -21,7 +21,9 @@ spec.loader.exec_module(learning)
 
 def write_report(path: Path, correct: dict[str, int]) -> None:
     tasks = [asdict(TaskScore(t, "code_o", 4, 4, c)) for t, c in correct.items()]
-    path.write_text(json.dumps({"model": "m", "adapter": "x", "k": 4, "per_task": tasks}))
+    overall = {"pass_at_1": sum(correct.values()) / (4 * len(correct))}
+    path.write_text(json.dumps({"model": "m", "adapter": "x", "k": 4, "overall": overall,
+                                "by_type": {"code_o": overall}, "per_task": tasks}))
 
 
 def folder(root: Path, scores: dict[str, dict[str, int]], best: str) -> Path:

@@ -10,12 +10,12 @@ over tasks of each task's pass@1 (correct / samples), when the reports carry per
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from popula.errors import PopulaError
+from popula.eval.report import read_report
 from popula.kinds import get_kind, task_types
 
 SAME_SETTINGS = ("samples", "temperature", "top_p", "max_tokens", "tasks_in_file")
@@ -24,24 +24,6 @@ SAME_SETTINGS = ("samples", "temperature", "top_p", "max_tokens", "tasks_in_file
 def groups() -> tuple[str, ...]:
     """The bars of each report: overall, then every registered task kind."""
     return ("overall", *task_types())
-
-
-def read_report(path: Path) -> dict[str, Any]:
-    """One `popula eval --json` object, or a clear error naming the file."""
-    try:
-        report = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PopulaError(f"{path}: no such evaluation report") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PopulaError(f"{path}: not a JSON evaluation report ({err}); write one with `popula eval ... --json`") from None
-    if isinstance(report, dict) and report.get("kind") == "population":
-        names = ", ".join(str(m.get("member")) for m in report.get("members", []))
-        raise PopulaError(f"{path}: a population report (members {names}); plot one member's report: score it with "
-                          "`popula eval RUN_DIR --adapter NAME --json`, or save one entry of its \"members\" list "
-                          "(each is that member's own report)")
-    if not isinstance(report, dict) or "overall" not in report or "by_type" not in report:
-        raise PopulaError(f"{path}: not a `popula eval --json` report (no 'overall' / 'by_type')")
-    return report
 
 
 def check_alike(reports: dict[str, dict[str, Any]]) -> None:
