@@ -26,6 +26,10 @@ from popula.metric_sinks import DEFAULT_SINKS, SINKS
 from popula.rewards import INVALID_TASK_REWARD
 from popula.runtime import DEVICE_PATTERN, resolve_runtime
 
+# The default bounds of a steered entropy coefficient (popula.learner.entropy_control).
+ENTROPY_COEF_FLOOR = 1e-4
+ENTROPY_COEF_CEILING = 0.05
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -168,12 +172,12 @@ class LearnerConfig(_Section):
                                                                 "step its log moves by this times the relative "
                                                                 "error (target - entropy) / target")
     student_entropy_coef_max: float = Field(
-        0.05, gt=0, description="the most a steered entropy coefficient reaches: the answers' entropy follows the "
+        ENTROPY_COEF_CEILING, gt=0, description="the most a steered entropy coefficient reaches: the answers' entropy follows the "
                                 "bonus tens of steps late, and unbounded the rule winds up (on SmolLM2 a coefficient "
                                 "of 0.5 blew the entropy up to three times its start: docs/results/smollm2-ladder)"
     )
     student_entropy_coef_min: float = Field(
-        1e-4, gt=0, description="the least a steered entropy coefficient falls to. A student whose answers start "
+        ENTROPY_COEF_FLOOR, gt=0, description="the least a steered entropy coefficient falls to. A student whose answers start "
                                 "wider than the target drives its coefficient down for as long as they stay wide; "
                                 "from 1e-4 it takes tens of steps to climb back once they narrow (on SmolLM2 seed "
                                 "1 of rung J the answers collapsed while it climbed from 5e-4: docs/results/"

@@ -2,7 +2,7 @@
 
 Steered, a student's coefficient grows while its answers are narrower than the target and
 shrinks while they are wider, by exp(rate * (target - H) / target) a step, within [floor
-(FLOOR unless configured), ceiling]; a newcomer (an evolution child) starts where the
+(1e-4 unless configured), ceiling]; a newcomer (an evolution child) starts where the
 population's coefficients are; a resume carries every coefficient.
 """
 
@@ -14,7 +14,8 @@ import pytest
 
 from popula.config import load_config
 from popula.errors import PopulaError
-from popula.learner.entropy_control import FLOOR, EntropyControl
+from popula.config import ENTROPY_COEF_FLOOR
+from popula.learner.entropy_control import EntropyControl
 
 
 def test_without_a_target_every_student_keeps_the_configured_coefficient():
@@ -48,7 +49,7 @@ def test_a_collapsed_student_is_pushed_harder_every_step_but_never_past_the_ceil
 def test_a_student_far_above_the_target_keeps_a_floor_to_come_back_from():
     control = EntropyControl(initial=0.01, target=0.1, rate=1.0)
     control.observe("S0", entropy=5.0)
-    assert control.coef("S0") == FLOOR
+    assert control.coef("S0") == ENTROPY_COEF_FLOOR
 
 
 def test_a_configured_floor_holds_a_wide_student_at_the_fixed_bonus_and_it_climbs_from_there():

@@ -8,7 +8,7 @@ as SAC's temperature does: after each step it is multiplied by exp(rate * (targe
 target), H being the student's measured entropy that step (its answer tokens' mean -log p,
 the `student_entropy` the run reports), so it grows while the answers are narrower than the
 target and shrinks while they are wider. It stays within [floor, ceiling]: the floor (`learner.
-student_entropy_coef_min`, FLOOR by default) bounds how far a coefficient shrinks while the
+student_entropy_coef_min`, 1e-4 by default) bounds how far a coefficient shrinks while the
 answers are wide, and so how long it takes to climb back when they narrow; the ceiling (`learner.
 student_entropy_coef_max`) bounds the wind-up of a rule that reacts to an entropy which follows
 the bonus only tens of steps later: unbounded, a coefficient that climbed to 0.5 blew the
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-FLOOR = 1e-4
+from popula.config import ENTROPY_COEF_CEILING, ENTROPY_COEF_FLOOR
 
 
 class EntropyControl:
@@ -38,7 +38,7 @@ class EntropyControl:
     """
 
     def __init__(self, initial: float, target: float | None = None, rate: float = 0.1,
-                 ceiling: float = 0.05, floor: float = FLOOR) -> None:
+                 ceiling: float = ENTROPY_COEF_CEILING, floor: float = ENTROPY_COEF_FLOOR) -> None:
         if target is not None and not (0 < floor <= initial <= ceiling and target > 0 and rate > 0):
             raise ValueError(f"a steered entropy coefficient needs 0 < floor <= initial <= ceiling, target and "
                              f"rate > 0, got {floor}, {initial}, {ceiling}, {target}, {rate}")
