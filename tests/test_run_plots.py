@@ -82,14 +82,23 @@ def test_a_malformed_eval_argument_or_report_is_a_clear_error(tmp_path, capsys):
 
 def test_a_short_run_is_a_visible_labelled_line_over_whole_steps(tmp_path):
     """Three steps of a run in ./a: one opaque line named by the path given, ticks at whole steps."""
-    from popula.run.plots import _label, figure
+    from popula.run.plots import _labels, figure
 
     run = fake_run(tmp_path / "a", [0.2, 0.4, 0.3])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    fig = figure({_label(run): rows}, "solve_rate")
+    fig = figure({_labels([run])[0]: rows}, "solve_rate")
     ax = fig.axes[0]
     (line,) = ax.get_lines()
     assert line.get_label() == str(run) and (line.get_alpha() or 1.0) >= 0.5
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [str(run)]
     assert all(float(t).is_integer() for t in ax.get_xticks())
     assert ax.get_xlabel() == "step" and ax.get_ylabel()
+
+
+def test_runs_side_by_side_are_named_by_what_their_paths_do_not_share(tmp_path):
+    from popula.run.plots import _labels
+
+    a, b = tmp_path / "study" / "tcmp" / "pop-s0", tmp_path / "study" / "jcmp" / "pop-s0"
+    assert _labels([a, b]) == ["tcmp/pop-s0", "jcmp/pop-s0"]
+    assert _labels([a]) == [str(a)]
+    assert _labels([a, a]) == [str(a), str(a)]  # nothing tells them apart: the paths as given

@@ -36,11 +36,20 @@ def _rolling_mean(values: tuple[float, ...], window: int) -> list[float]:
     return [sum(values[i - window + 1:i + 1]) / window for i in range(window - 1, len(values))]
 
 
-def _label(run_dir: Path) -> str:
-    """A run's name in the legend: its path as given (`runs/first`), which says which run it is
-    better than a last component alone (`first`, or `a` for a run in ./a)."""
-    text = str(run_dir).rstrip("/")
-    return text if text not in ("", ".") else str(run_dir.absolute().name)
+def _labels(run_dirs: list[Path]) -> list[str]:
+    """The runs' names in the legend. One run: its path as given (`runs/first`), which says which
+    run it is better than a last component alone (`first`, or `a` for a run in ./a). Several: each
+    path after the folder they share, so /work/runs/tcmp/pop-s0 beside /work/runs/jcmp/pop-s0 reads
+    tcmp/pop-s0 and jcmp/pop-s0, not two long paths that differ in one word."""
+    given = [str(d).rstrip("/") if str(d).rstrip("/") not in ("", ".") else d.absolute().name for d in run_dirs]
+    if len(run_dirs) < 2:
+        return given
+    absolute = [d.absolute().parts for d in run_dirs]
+    shared = 0
+    while all(len(p) > shared + 1 for p in absolute) and len({p[shared] for p in absolute}) == 1:
+        shared += 1
+    short = ["/".join(p[shared:]) for p in absolute]
+    return short if len(set(short)) == len(short) else given
 
 
 def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
@@ -51,14 +60,14 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     runs = {}
-    for run_dir in run_dirs:
+    for run_dir, label in zip(run_dirs, _labels(run_dirs)):
         path = run_dir / "metrics.jsonl"
         if not path.exists():
             raise PopulaError(f"{path}: no metrics yet (is {run_dir} a run directory?)")
         rows = read_metrics(path)
         if not rows:
             raise PopulaError(f"{path}: no finished step to plot")
-        runs[_label(run_dir)] = rows
+        runs[label] = rows
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for key in FIGURES:
