@@ -20,6 +20,9 @@ the same probe set (refused otherwise). Printed per rung, in the order given:
   output equals its input, over the same first and last steps: an identity function is the
   form a collapsed curriculum repeats (rung J, seed 1: `def f(n): return n`), and a student
   that answers `return x` solves it without reading the examples;
+- the share of teachers' tasks of any kind whose program never reads its input, over the same
+  steps (`popula.complexity.ignores_input`): constants of ever-new shapes are how rung T's seed
+  2 thinned past the repeat penalty (`return [5]`, `return [4, 8, 9, 5]`);
 - the mean step time with the probe's time left out.
 `--until STEP` reads every run only up to that step, so rungs that ran on for different
 lengths are judged over the same steps (a rule fixed at the last probe they all reached).
@@ -37,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.complexity import ignores_input  # noqa: E402
 from popula.errors import PopulaError  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 
@@ -49,6 +53,7 @@ WINDOWED = {  # metrics.jsonl key -> column label
     "trivial_rate": "trivial tasks",  # runs from before the measure read "-"
 }
 IDENTITY = "identity_code_f"  # windows' key for identity_share, read from tasks.jsonl
+BLIND = "blind"  # windows' key for blind_share, read from tasks.jsonl
 
 
 def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -67,6 +72,8 @@ def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, 
     if tasks is not None:
         windows[IDENTITY] = {"first": identity_share(tasks, {row["step"] for row in rows[:window]}),
                              "last": identity_share(tasks, {row["step"] for row in rows[-window:]})}
+        windows[BLIND] = {"first": blind_share(tasks, {row["step"] for row in rows[:window]}),
+                          "last": blind_share(tasks, {row["step"] for row in rows[-window:]})}
     step_s = [row["wall_s"] - row.get("phases", {}).get("heldout_s", 0.0) for row in rows]
     return {"steps": len(rows), "probe": probe, "windows": windows, "step_s": statistics.fmean(step_s) if step_s else None}
 
@@ -76,6 +83,14 @@ def identity_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None
     posed = [t for t in tasks if t.get("type") == "code_f" and t.get("step") in steps and t.get("teacher") != "seed"]
     same = [t for t in posed if t["inputs"] and t["inputs"] == t["outputs"]]
     return len(same) / len(posed) if posed else None
+
+
+def blind_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None:
+    """The share of teachers' tasks posed at `steps`, of any kind, whose program never reads its
+    input (`popula.complexity.ignores_input`): read from the log, so runs from before the
+    `blind_rate` metric compare too."""
+    posed = [t for t in tasks if t.get("step") in steps and t.get("teacher") != "seed"]
+    return sum(ignores_input(t["program"]) for t in posed) / len(posed) if posed else None
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -104,14 +119,15 @@ def format_table(result: dict[str, Any]) -> str:
     steps = result["probe_steps"]
     head = ["rung", "steps"] + [f"probe {s}: mean / weakest / pass@k" for s in steps]
     head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()]
-    head += [f"identity code_f first→last {result['window']}", "step s"]
+    head += [f"identity code_f first→last {result['window']}", f"blind first→last {result['window']}", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, f in result["rungs"].items():
         cells = [label, str(f["steps"])]
         cells += [" / ".join(num(f["probe"][s][k]) for k in ("mean_pass1", "weakest_pass1", "mean_passk")) for s in steps]
         cells += [f"{num(f['windows'][k]['first'])}→{num(f['windows'][k]['last'])}" for k in WINDOWED]
-        identity = f["windows"].get(IDENTITY)
-        cells.append("-" if identity is None else f"{num(identity['first'])}→{num(identity['last'])}")
+        for key in (IDENTITY, BLIND):
+            share = f["windows"].get(key)
+            cells.append("-" if share is None else f"{num(share['first'])}→{num(share['last'])}")
         cells.append("-" if f["step_s"] is None else f"{f['step_s']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -9,6 +9,10 @@ grow. These measures make that visible per step:
 - loc: source lines of code (radon's sloc: no blank or comment-only lines).
 - n_vars: distinct variable names the program binds (parameters, assignment, loop,
   `with` and comprehension targets); function names are not variables.
+
+Beside them, `ignores_input`: a program whose `f` never reads its parameters answers every
+input alike, the shallowest task a teacher can keep valid (rung T, seed 2:
+docs/results/smollm2-ladder/, "Rung U").
 """
 
 from __future__ import annotations
@@ -66,6 +70,36 @@ def written_multiline(program: str) -> bool:
     except (SyntaxError, ValueError):
         body = program.strip().splitlines()[1:]
         return sum(1 for line in body if line.strip() and not line.strip().startswith("#")) > 1
+
+
+# names through which a program can read its parameters without naming them
+_INDIRECT_READS = frozenset({"locals", "vars", "eval", "exec", "globals"})
+
+
+def ignores_input(program: str) -> bool:
+    """Whether the program's `f` never reads a parameter: no load of a parameter's name anywhere
+    in its body (nested functions included) and no `locals()`-like reach for them.
+
+    Conservative: a parameter read and then overwritten still counts as read, so a task is only
+    called blind when no execution could depend on its input. A program without `f` is not blind
+    (the sandbox rejects it). Raises SyntaxError (or ValueError for a null byte) if it does not parse.
+    """
+    tree = ast.parse(program)
+    entry = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "f"]
+    if not entry:
+        return False
+    f = entry[-1]  # the last definition is the one a call reaches
+    a = f.args
+    params = {arg.arg for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if arg is not None}
+    for node in (n for statement in f.body for n in ast.walk(statement)):
+        if isinstance(node, ast.AugAssign):
+            node = node.target  # `n += 1` reads n, though its target's context says Store
+            if isinstance(node, ast.Name) and node.id in params:
+                return False
+        elif isinstance(node, ast.Name) and (node.id in _INDIRECT_READS
+                                             or (node.id in params and not isinstance(node.ctx, ast.Store))):
+            return False
+    return True
 
 
 def parsed_depths(programs: Sequence[str]) -> list[int]:

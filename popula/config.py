@@ -327,6 +327,12 @@ class RewardsConfig(_Section):
                     "a constant one: TaskKind.trivial_fault) is invalid: its teacher gets rewards.invalid_task and "
                     "no student answers it. For a curriculum that fills with `def f(n): return n` and students "
                     "that learn to copy (docs/results/smollm2-rung-j/); false: the design's, such a task is valid")
+    blind_task_cap: float | None = Field(
+        None, le=1,
+        description="the most a valid task whose program never reads its input pays its teacher (e.g. 0), before "
+                    "fitness sharing; students still answer it and learn from it. For teachers that settle on "
+                    "`def f(x): return [5]`, valid every time and never the same form twice, which the repeat "
+                    "penalty cannot see (docs/results/smollm2-ladder/, rung U); null: off, the design's reward")
     solvable_by: Literal["matched", "population"] = Field(
         "matched",
         description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "
@@ -340,6 +346,13 @@ class RewardsConfig(_Section):
         if self.novelty_penalty > 0 and self.novelty_window == 0:
             raise ValueError(f"rewards.novelty_penalty={self.novelty_penalty} counts repeats within "
                              "rewards.novelty_window, which is 0 (off); set a window, e.g. 64")
+        return self
+
+    @model_validator(mode="after")
+    def _cap_above_invalid(self) -> "RewardsConfig":
+        if self.blind_task_cap is not None and self.blind_task_cap < self.invalid_task:
+            raise ValueError(f"rewards.blind_task_cap={self.blind_task_cap} is below rewards.invalid_task="
+                             f"{self.invalid_task}: a valid task would pay less than a broken one")
         return self
 
 

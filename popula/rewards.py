@@ -26,6 +26,12 @@ invalid reward: division leaves 0 at 0, so without it a task the students always
 again and again, stays safer than a new task that might fail to run (docs/results/smollm2-rung-j:
 `def f(n): return n` filled half of one run's `code_f` curriculum).
 
+With `rewards.blind_task_cap: c` (off by default) a valid task whose program never reads its
+input (`popula.complexity.ignores_input`) pays at most c, before sharing: a constant function
+of a new shape each time (`return [5]`, `return [4, 8, 9, 5]`) is a new form to the penalty,
+valid every time and solved often, and on one seed such tasks rose from a tenth to three
+quarters of a curriculum (docs/results/smollm2-ladder/, "Rung U").
+
 Student reward for one rollout (docs/design.md § What the sources say: the verifier's
 reward for a correct, well-formed solution):
 
@@ -83,6 +89,11 @@ def shared_teacher_reward(reward: float, niche: int, *, penalty: float = 0.0,
     if niche < 1:
         raise ValueError(f"a niche holds at least the task itself, got {niche}")
     return max(floor, reward / niche - penalty * (niche - 1))
+
+
+def capped_teacher_reward(reward: float, cap: float) -> float:
+    """A task that ignores its input: its reward, but never more than `cap`."""
+    return min(reward, cap)
 
 
 def student_reward(well_formed: bool, correct: bool | None) -> float:

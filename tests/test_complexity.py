@@ -2,7 +2,7 @@
 
 import pytest
 
-from popula.complexity import ast_depth, is_multiline, measure, written_multiline
+from popula.complexity import ast_depth, ignores_input, is_multiline, measure, written_multiline
 
 TRIVIAL = "def f(x):\n    return x\n"
 
@@ -80,3 +80,27 @@ def test_a_broken_attempt_at_a_long_program_still_counts_as_multi_line():
     # a stray token breaks the parse; its body lines still make it an attempt at a multi-line program
     assert written_multiline("def f(a):\n    t = 0\n    t += (a))\n    returnzdde") is True
     assert written_multiline("def f(a):\n    # add one\n    return (a +") is False
+
+
+@pytest.mark.parametrize("program", [
+    "def f(v):\n    return [5]",
+    "def f(a, b=[3]):\n    return [2]",
+    "def f(n):\n    n = 4\n    return 9",  # written over, never read
+    "g = 1\ndef f(x):\n    return g * 2",
+])
+def test_a_program_whose_f_never_reads_its_parameters_ignores_its_input(program):
+    assert ignores_input(program)
+
+
+@pytest.mark.parametrize("program", [
+    TRIVIAL,
+    RICHER,
+    "def f(n):\n    return [n, 9 - 3]",
+    "def f(a):\n    def g():\n        return a\n    return g()",  # read by a nested function
+    "def f(*args, **kw):\n    return len(kw)",
+    "def f(n):\n    n += 1\n    return 3",  # an augmented assignment reads first
+    "def f(a):\n    return sorted(locals())",  # reached without its name: counted as read
+    "def g(x):\n    return 1",  # no f: the sandbox rejects it, nothing here calls it blind
+])
+def test_a_program_that_may_read_its_input_is_not_called_blind(program):
+    assert not ignores_input(program)

@@ -24,7 +24,7 @@ from popula.records import TaskRecord
 from popula.rewards import MALFORMED_ANSWER_REWARD
 from popula.run.buffer import TaskBuffer
 from popula.run.selfplay import PlaySettings, Proposal, SelfPlay, match_results, teacher_group
-from popula.run.step_metrics import trivial_rate
+from popula.run.step_metrics import blind_rate, trivial_rate
 from popula.sandbox import Sandbox
 from popula.tasks.generator import generate_tasks
 from popula.tasks.prompts import COMPACT_EOS, CompactFormat
@@ -205,6 +205,31 @@ def test_a_task_answered_without_reading_it_is_invalid_only_when_the_run_refuses
     assert trivial_rate(game) == pytest.approx(2 / 3)  # counted either way: the curriculum's drift shows
 
 
+def blind_tasks(tasks) -> list[TaskRecord]:
+    """A constant code_o and a constant code_i, programs that never read their input, and the
+    generator's first code_f (which reads it)."""
+    shown = TaskRecord(id="o", type="code_o", program="def f(x):\n    return [4, 8, 9, 5]", inputs=["3"],
+                       outputs=["[4, 8, 9, 5]"])
+    any_input = TaskRecord(id="i", type="code_i", program="def f(a):\n    return [1, 1, 4]", inputs=["[2]"],
+                           outputs=["[1, 1, 4]"])
+    return [shown, any_input, next(t for t in tasks if t.type == "code_f")]
+
+
+@pytest.mark.parametrize("cap", [None, 0.0])
+def test_a_task_that_ignores_its_input_pays_its_teacher_at_most_the_cap_and_still_teaches(
+        tmp_path, sandbox, tasks, cap):
+    game = play(tmp_path, sandbox, blind_tasks(tasks), [Match("T0", "S0")], right=1, blind_task_cap=cap)
+    by_type = {p.task_type: p for p in game.proposals}
+    assert all(p.valid for p in game.proposals)
+    assert by_type["code_i"].rhos == {"S0": 1.0}  # the wrong answers are inputs too, and any input answers it
+    assert by_type["code_f"].reward == pytest.approx(0.75)  # it reads its input: never capped
+    assert by_type["code_o"].reward == pytest.approx(0.75 if cap is None else 0.0)
+    # the students answer every task either way, and the league rates each outcome as played
+    assert {game.proposals[a.proposal].task_type for a in game.attempts} == set(by_type)
+    assert [r.rho for r in match_results(game, Match("T0", "S0"))] == [0.25, 1.0, 0.25]
+    assert blind_rate(game) == pytest.approx(2 / 3)
+
+
 def test_teacher_prompts_drop_their_first_references_to_fit_the_context(tmp_path, sandbox, tasks):
     tok = byte_tokenizer()
     players = ScriptedPlayers(tasks, tok, right=1)
@@ -259,12 +284,13 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
                              "rewards.novelty_penalty=0.1", "rewards.refuse_trivial=true",
+                             "rewards.blind_task_cap=0",
                              "rewards.solvable_by=population"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
-        invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, refuse_trivial=True,
+        invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, refuse_trivial=True, blind_task_cap=0.0,
         solvable_by="population", context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature

@@ -92,3 +92,21 @@ def test_the_identity_share_counts_teachers_code_f_tasks_that_return_their_input
     assert result["rungs"]["a"]["windows"]["identity_code_f"] == {"first": 0.0, "last": 0.5}
     assert "identity_code_f" not in result["rungs"]["b"]["windows"]
     assert "0.000→0.500" in done.stdout
+
+
+def test_the_blind_share_counts_teachers_tasks_of_any_kind_that_never_read_their_input(tmp_path):
+    """Rung U's rule reads it: constants of new shapes each time, which no form penalty sees."""
+    a = run_dir(tmp_path / "a", [0.5] * 4, {4: {"S0": (0.3, 0.5)}})
+    tasks = [
+        {"type": "code_f", "program": "def f(v):\n    return [5]", "step": 0, "teacher": "seed"},
+        {"type": "code_o", "program": "def f(n):\n    return n + 1", "step": 1, "teacher": "T0"},
+        {"type": "code_i", "program": "def f(n):\n    return [1, 1, 4]", "step": 4, "teacher": "T0"},
+        {"type": "code_f", "program": "def f(v):\n    return [5]", "step": 4, "teacher": "T1"},
+        {"type": "code_o", "program": "def f(s):\n    return s.count('b')", "step": 4, "teacher": "T1"},
+        {"type": "code_i", "program": "def f(a):\n    return sorted(a)", "step": 4, "teacher": "T1"},
+    ]
+    (a / "tasks.jsonl").write_text("".join(json.dumps(dict(t, inputs=["1"], outputs=["2"])) + "\n" for t in tasks))
+    done = ladder(f"a={a}", "--window", "2")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["blind"] == \
+        {"first": 0.0, "last": 0.5}

@@ -23,6 +23,7 @@ FIGURES: dict[str, str] = {
     "n_vars": "distinct variables",
     "distinct_forms": "distinct program forms among valid tasks",
     "trivial_rate": "tasks answered without reading them",
+    "blind_rate": "tasks whose program ignores its input",
     "student_entropy": "student entropy (answer tokens' mean -log p)",
     "student_entropy_coef": "students' entropy bonus (mean coefficient)",
     "signal_groups": "student groups with a signal (rewards differ)",

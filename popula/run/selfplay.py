@@ -18,14 +18,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from popula.adapters import AdapterRef
-from popula.complexity import written_multiline
+from popula.complexity import ignores_input, written_multiline
 from popula.config import Config
 from popula.engines.base import Engine, GenerationRequest, Sample
 from popula.league import Match, TaskResult
 from popula.kinds import get_kind
 from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult
-from popula.rewards import INVALID_TASK_REWARD, shared_teacher_reward, solve_rate, student_reward, teacher_reward
+from popula.rewards import (INVALID_TASK_REWARD, capped_teacher_reward, shared_teacher_reward, solve_rate,
+                            student_reward, teacher_reward)
 from popula.run.buffer import TaskBuffer, task_depth
 from popula.sandbox import SandboxPool
 from popula.seeds import STUDENT, TEACHER, derive_seed
@@ -119,6 +120,7 @@ class PlaySettings:
     novelty_window: int = 0  # rewards.novelty_window: 0 pays the design's reward unshared
     novelty_penalty: float = 0.0  # rewards.novelty_penalty: subtracted per repeat, down to the invalid reward
     refuse_trivial: bool = False  # rewards.refuse_trivial: a task answered without reading it is invalid
+    blind_task_cap: float | None = None  # rewards.blind_task_cap: the most a task that ignores its input pays
     solvable_by: str = "matched"  # rewards.solvable_by: who may show a task solvable
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
@@ -134,7 +136,7 @@ class PlaySettings:
                    teacher_max_tokens=gen.teacher_max_tokens, student_max_tokens=gen.student_max_tokens,
                    invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
                    novelty_penalty=rewards.novelty_penalty, refuse_trivial=rewards.refuse_trivial,
-                   solvable_by=rewards.solvable_by, context=context)
+                   blind_task_cap=rewards.blind_task_cap, solvable_by=rewards.solvable_by, context=context)
 
 
 class SelfPlay:
@@ -228,6 +230,8 @@ class SelfPlay:
         # student learns from answers it judged
         game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
         _score(game, s.invalid_task_reward)
+        if s.blind_task_cap is not None:
+            _cap_blind(game, s.blind_task_cap)
         if s.novelty_window > 0:
             _share(game, buffer, s.novelty_window, s.novelty_penalty, s.invalid_task_reward)
         return game
@@ -302,6 +306,16 @@ def _score(game: StepGame, invalid_task_reward: float) -> None:
                 if p.rhos else 0.0
         else:
             p.reward = teacher_reward(False, None, invalid=invalid_task_reward)
+
+
+def _cap_blind(game: StepGame, cap: float) -> None:
+    """A valid task whose program never reads its input (popula.complexity.ignores_input) pays
+    its teacher at most `cap`. Its students keep their rewards: the probe and HumanEval hold
+    constant functions too, so what is taken away is only the teacher's reason to pose them.
+    The league still rates the outcome, as with sharing."""
+    for p in game.proposals:
+        if p.valid and ignores_input(p.task.program):
+            p.reward = capped_teacher_reward(p.reward, cap)
 
 
 def _share(game: StepGame, buffer: TaskBuffer, window: int, penalty: float = 0.0,

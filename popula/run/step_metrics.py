@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from popula.complexity import measure, parsed_depths
+from popula.complexity import ignores_input, measure, parsed_depths
 from popula.engines.base import Sample
 from popula.kinds import get_kind
 from popula.league.schema import MatchRecord
@@ -50,6 +50,13 @@ def trivial_rate(game: StepGame) -> float | None:
     return _mean([float(not p.valid or get_kind(p.task_type).trivial_fault(p.task) is not None) for p in judged])
 
 
+def blind_rate(game: StepGame) -> float | None:
+    """The share of the step's valid tasks whose program never reads its input
+    (`popula.complexity.ignores_input`), whether or not `rewards.blind_task_cap` caps their
+    reward: constants of ever-new shapes thin a curriculum past the repeat penalty."""
+    return _mean([float(ignores_input(p.task.program)) for p in game.proposals if p.valid])
+
+
 def league_figures(matches: Sequence[MatchRecord]) -> dict[str, Any]:
     """How informative this step's matches were: predicted against realised outcomes.
 
@@ -84,6 +91,7 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         "student_reward_mean": _mean([a.reward for a in attempts]) or 0.0,
         "malformed_rate": _mean([float(a.answer is None) for a in attempts]),
         "trivial_rate": trivial_rate(game),
+        "blind_rate": blind_rate(game),
         # the share of (task, student) groups whose rewards differ: only they carry a student
         # advantage (GRPO); `resampled_groups` were answered again for it (dynamic sampling)
         "signal_groups": _mean([float(len(set(r)) > 1) for r in group_rewards(attempts).values()]),
