@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="draw PNG figures of solve rate, teacher reward, valid rate, complexity and held-out pass@1",
         description=(
             "Draw one PNG per measure (solve rate, teacher reward, valid rate, AST depth, "
-            "cyclomatic complexity, lines of code, variables, distinct program forms, trivial tasks, student "
+            "cyclomatic complexity, lines of code, variables, distinct program forms, trivial tasks, tasks "
+            "that ignore their input, student "
             "entropy and its bonus, groups with a signal) over steps. Give a population "
             "run and a baseline run to compare them on the same axes. Works on a running run. "
             "With --eval, also draw held-out pass@1 per task type from `popula eval --json` "
