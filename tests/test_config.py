@@ -107,6 +107,8 @@ def test_a_novelty_penalty_without_a_window_is_refused_naming_both_settings():
     with pytest.raises(PopulaError, match="rewards.novelty_penalty=0.1 .* rewards.novelty_window"):
         load_config(None, ["rewards.novelty_penalty=0.1"])
     assert load_config(None, ["rewards.novelty_penalty=0.1", "rewards.novelty_window=64"]).rewards.novelty_penalty == 0.1
+    with pytest.raises(PopulaError, match="novelty_penalty"):
+        load_config(None, ["rewards.novelty_penalty=2", "rewards.novelty_window=64"])
 
 
 def test_a_cap_on_blind_tasks_below_the_invalid_reward_is_refused_naming_both_settings():
@@ -114,8 +116,6 @@ def test_a_cap_on_blind_tasks_below_the_invalid_reward_is_refused_naming_both_se
     with pytest.raises(PopulaError, match=r"rewards.blind_task_cap=-0.5 .* rewards.invalid_task=-0.25"):
         load_config(None, ["rewards.blind_task_cap=-0.5", "rewards.invalid_task=-0.25"])
     assert load_config(None, ["rewards.blind_task_cap=0"]).rewards.blind_task_cap == 0.0
-    with pytest.raises(PopulaError, match="novelty_penalty"):
-        load_config(None, ["rewards.novelty_penalty=2", "rewards.novelty_window=64"])
 
 
 def test_selecting_on_the_held_out_trend_s_own_tasks_is_refused():
