@@ -92,12 +92,11 @@ def ignores_input(program: str) -> bool:
     a = f.args
     params = {arg.arg for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if arg is not None}
     for node in (n for statement in f.body for n in ast.walk(statement)):
-        if isinstance(node, ast.AugAssign):
-            node = node.target  # `n += 1` reads n, though its target's context says Store
-            if isinstance(node, ast.Name) and node.id in params:
-                return False
-        elif isinstance(node, ast.Name) and (node.id in _INDIRECT_READS
-                                             or (node.id in params and not isinstance(node.ctx, ast.Store))):
+        # `n += 1` reads n, though its target's context says Store
+        augmented = isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id in params
+        loaded = isinstance(node, ast.Name) and (
+            node.id in _INDIRECT_READS or (node.id in params and not isinstance(node.ctx, ast.Store)))
+        if augmented or loaded:
             return False
     return True
 
