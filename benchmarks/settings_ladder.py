@@ -70,10 +70,9 @@ def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, 
                                   "mean_passk": statistics.fmean(s["passk"] for s in scores)}
     windows = {key: {"first": _mean(rows[:window], key), "last": _mean(rows[-window:], key)} for key in WINDOWED}
     if tasks is not None:
-        windows[IDENTITY] = {"first": identity_share(tasks, {row["step"] for row in rows[:window]}),
-                             "last": identity_share(tasks, {row["step"] for row in rows[-window:]})}
-        windows[BLIND] = {"first": blind_share(tasks, {row["step"] for row in rows[:window]}),
-                          "last": blind_share(tasks, {row["step"] for row in rows[-window:]})}
+        first, last = {row["step"] for row in rows[:window]}, {row["step"] for row in rows[-window:]}
+        for key, share in ((IDENTITY, identity_share), (BLIND, blind_share)):
+            windows[key] = {"first": share(tasks, first), "last": share(tasks, last)}
     step_s = [row["wall_s"] - row.get("phases", {}).get("heldout_s", 0.0) for row in rows]
     return {"steps": len(rows), "probe": probe, "windows": windows, "step_s": statistics.fmean(step_s) if step_s else None}
 
