@@ -267,3 +267,31 @@ def test_run_keeps_the_checkpoints_asked_for_and_resumes_from_any_kept_step(base
     assert "resuming from step 1 replaces the checkpoints of steps 2, 3" in said and "resumed" in said
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
     assert Checkpoints(out / "checkpoints").steps() == [1, 2]
+
+
+def test_an_adapter_is_exported_as_any_kept_checkpoint_held_it(base, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(args(base, out, 2, "--set=run.keep_checkpoints=3")) == 0
+    from safetensors.torch import load_file
+
+    # the newest checkpoint holds what the run's adapters/ holds: the same folder, tensor for tensor
+    assert main(["export", str(out), str(tmp_path / "live")]) == 0
+    assert main(["export", str(out), str(tmp_path / "last"), "--step", "2"]) == 0
+    live, last = (load_file(tmp_path / d / "adapter_model.safetensors") for d in ("live", "last"))
+    assert live.keys() == last.keys() and all(bool((live[k] == last[k]).all()) for k in live)
+    assert ((tmp_path / "live" / "adapter_config.json").read_text()
+            == (tmp_path / "last" / "adapter_config.json").read_text())
+
+    # a student evolution replaced at step 1 is still there as the checkpoint before it held it
+    gone = next(e["replaced"] for e in read_metrics(out / "metrics.jsonl")[0]["evolved"] if e["role"] == "student")
+    assert main(["export", str(out), str(tmp_path / "then"), "--adapter", gone, "--step", "0"]) == 0
+    assert f"{gone} as of step 0" in capsys.readouterr().out
+    assert "steps trained by the run: 0" in (tmp_path / "then" / "README.md").read_text()
+    assert load_file(tmp_path / "then" / "adapter_model.safetensors").keys() == live.keys()
+
+    # what cannot be exported says why in one line, and writes nothing
+    assert main(["export", str(out), str(tmp_path / "no1"), "--adapter", gone, "--step", "1"]) == 2
+    assert main(["export", str(out), str(tmp_path / "no2"), "--step", "7"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 2 and f"{gone}: not live at step 1" in said[0] and "kept: 0, 1, 2" in said[1]
+    assert not (tmp_path / "no1").exists() and not (tmp_path / "no2").exists()

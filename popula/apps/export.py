@@ -4,7 +4,8 @@ The folder holds what `PeftModel.from_pretrained(base, FOLDER)` reads (adapter_c
 adapter_model.safetensors) and a short model card (README.md): the base, the steps the run
 trained, the member's rating and its held-out figures when the run measured them. Its config
 names the base as a user knows it (`tiny-<recipe hash>`, a registry name, a hub id), never a
-path of the machine that trained it, and its files follow the umask.
+path of the machine that trained it, and its files follow the umask. With a step, the adapter
+is taken as that kept checkpoint holds it (`popula.run.snapshot`), its card figures as of then.
 """
 
 from __future__ import annotations
@@ -44,42 +45,61 @@ def check_export_target(out: Path) -> None:
         raise PopulaError(f"{out}: the folder {out.absolute().parent} does not exist")
 
 
-def export_adapter(run_dir: Path, out: Path, member: str | None = None) -> Exported:
+def export_adapter(run_dir: Path, out: Path, member: str | None = None, step: int | None = None) -> Exported:
     """Write league member (or adapter) `member` of `run_dir` (default: the best-rated live
-    student) as a PEFT folder at `out` (see the module docstring)."""
+    student) as a PEFT folder at `out` (see the module docstring): its latest weights, or with
+    `step` the weights of that kept checkpoint."""
     check_export_target(out)
     if not is_run_dir(run_dir):
         raise PopulaError(f"{run_dir}: not a run directory (no config.yaml)")
-    member = member or best_student(run_dir)
-    ref = run_adapter(run_dir, member)
-    config = read_config(ref.path, ref.name)
+    if step is None:
+        member = member or best_student(run_dir)
+        ref = run_adapter(run_dir, member)
+        adapter, config_dir, league = ref.name, ref.path, League.load(run_dir / "league.json")
+
+        def write_weights(path: Path) -> None:
+            shutil.copyfile(ref.path / WEIGHTS_FILE, path)  # a new file: the umask applies
+    else:
+        from popula.run.snapshot import read_snapshot  # torch: only an export from a checkpoint waits for it
+
+        snapshot = read_snapshot(run_dir, step, member)
+        member, adapter, league = snapshot.member, snapshot.adapter, snapshot.league
+        # every adapter of a run has one LoRA config; the stored ones hold it
+        config_dir = run_adapter(run_dir, best_student(run_dir)).path
+
+        def write_weights(path: Path) -> None:
+            from safetensors.torch import save
+
+            tensors = {k: v.contiguous() for k, v in snapshot.weights.items()}
+            path.write_bytes(save(tensors, metadata={"format": "pt"}))  # open(): the umask applies
+    config = read_config(config_dir, adapter)
     if not isinstance(config, dict):
-        raise PopulaError(f"adapter {ref.name!r} ({ref.path}): {CONFIG_FILE} is not a JSON object")
+        raise PopulaError(f"adapter {adapter!r} ({config_dir}): {CONFIG_FILE} is not a JSON object")
     base = base_identity(config.get("base_model_name_or_path") or "")
     config["base_model_name_or_path"] = base  # a run written before names were shareable named a path
-    league = League.load(run_dir / "league.json")
     tmp = out.absolute().parent / f".{out.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        shutil.copyfile(ref.path / WEIGHTS_FILE, tmp / WEIGHTS_FILE)  # a new file: the umask applies
-        (tmp / CARD).write_text(model_card(run_dir, league, member, ref.name, base))
+        write_weights(tmp / WEIGHTS_FILE)
+        (tmp / CARD).write_text(model_card(run_dir, league, member, adapter, base, step))
         if out.is_dir():
             out.rmdir()  # empty, checked above
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Exported(out=out, member=member, adapter=ref.name, base=base)
+    return Exported(out=out, member=member, adapter=adapter, base=base)
 
 
-def model_card(run_dir: Path, league: League, member: str, adapter: str, base: str) -> str:
-    """A short README.md: what the adapter is, how it was trained, how it scored, how to load it."""
+def model_card(run_dir: Path, league: League, member: str, adapter: str, base: str, step: int | None = None) -> str:
+    """A short README.md: what the adapter is, how it was trained, how it scored (as of `step`
+    when it comes from a checkpoint), how to load it."""
     who = league.members.get(member)
     role = who.role if who else "adapter"
     rating = f"{who.mu:.2f} +- {who.sigma:.2f} (conservative {who.conservative:.2f})" if who else "not rated"
-    heldout = latest_heldout(run_dir).get(member)
+    heldout = latest_heldout(run_dir, up_to=step).get(member)
     if heldout and heldout.get("pass1") is not None:
         scored = (f"held-out pass@1 {heldout['pass1']:.3f}, pass@{heldout['samples']} {heldout['passk']:.3f} on "
                   f"{heldout['tasks']} generated held-out tasks (step {heldout['step']})")

@@ -68,8 +68,9 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def latest_heldout(run_dir: Path) -> dict[str, dict]:
-    """Member -> its latest held-out probe in RUN_DIR/metrics.jsonl: {step, pass1, passk, tasks, samples}.
+def latest_heldout(run_dir: Path, up_to: int | None = None) -> dict[str, dict]:
+    """Member -> its latest held-out probe in RUN_DIR/metrics.jsonl, at step `up_to` or before
+    when given: {step, pass1, passk, tasks, samples}.
 
     Empty when the run has no metrics.jsonl or never probed (`heldout.every` 0).
     """
@@ -83,7 +84,7 @@ def latest_heldout(run_dir: Path) -> dict[str, dict]:
     latest: dict[str, dict] = {}
     for row in rows:
         probe = row.get("heldout")
-        if not isinstance(probe, dict):
+        if not isinstance(probe, dict) or (up_to is not None and row.get("step", 0) > up_to):
             continue
         for member, score in (probe.get("students") or {}).items():
             latest[member] = {"step": row.get("step"), "pass1": score.get("pass1"), "passk": score.get("passk"),
