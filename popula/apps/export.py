@@ -60,7 +60,7 @@ def export_adapter(run_dir: Path, out: Path, member: str | None = None, step: in
         def write_weights(path: Path) -> None:
             shutil.copyfile(ref.path / WEIGHTS_FILE, path)  # a new file: the umask applies
     else:
-        from popula.run.snapshot import read_snapshot  # torch: only an export from a checkpoint waits for it
+        from popula.run.snapshot import read_snapshot  # deferred: torch loads only for an export from a checkpoint
 
         snapshot = read_snapshot(run_dir, step, member)
         member, adapter, league = snapshot.member, snapshot.adapter, snapshot.league

@@ -1,0 +1,122 @@
+"""A run's held-out curve re-measured from its kept checkpoints on a larger set, paired task by task.
+
+    python3 benchmarks/checkpoint_probe.py --base BASE.json [--from STEP] [--first N] STEP=REPORT.json ...
+
+Why: the in-run probe (`heldout.*`) is small so that it is cheap, and a small set moves by
+chance: on 100 tasks x 2 answers a change of 0.02 between two probes is inside its noise. After
+a run, every kept checkpoint (`run.keep_checkpoints`) can be scored on a larger set of the same
+seed, with each task's result paired across steps and against the base, which a curve needs to
+say whether it still rises:
+
+    popula tasks --n 300 --seed 987654 --out tune300.jsonl        # the probe's seed, more tasks
+    popula export RUN exported/S0-at-90 --adapter S0-s90 --step 90
+    popula eval BASE --adapter exported/S0-at-90 --tasks tune300.jsonl --samples 2 \\
+        --temperature 0.8 --max-tokens 96 --per-task --json > 90-S0.json
+    popula eval BASE --tasks tune300.jsonl ... --per-task --json > base.json
+
+Each STEP=REPORT.json is one live student at that step (`popula eval --per-task --json`); a
+step's figure is the mean over its students, task by task. Printed per step: each student's
+pass@1, the mean, the mean on the first N tasks (the in-run probe's own tasks when the set
+shares its seed), the mean minus the base's and minus the mean at step `--from`, each with the
+standard error of the paired per-task difference. Every report must hold the same tasks. The
+last line is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from popula.errors import PopulaError  # noqa: E402
+
+
+def per_task(path: Path) -> tuple[str, dict[str, float]]:
+    """(adapter, task id -> share of right answers) from one `popula eval --per-task --json` report."""
+    try:
+        report = json.loads(path.read_text())
+        return report.get("adapter") or "base", {t["id"]: t["correct"] / t["samples"] for t in report["per_task"]}
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as err:
+        raise PopulaError(f"{path}: not a `popula eval --per-task --json` report ({err})") from None
+
+
+def paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Mean of a - b task by task, and its standard error."""
+    d = [x - y for x, y in zip(a, b)]
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / (len(d) - 1) if len(d) > 1 else 0.0
+    return mean, math.sqrt(var / len(d))
+
+
+def figures(steps: dict[int, dict[str, dict[str, float]]], base: dict[str, float], ref: int | None,
+            first: int) -> dict[str, Any]:
+    """Per step: each student's pass@1, the mean (all tasks, first `first`), and the paired
+    differences from the base and from step `ref`."""
+    ids = list(base)
+    for step, members in steps.items():
+        for member, scores in members.items():
+            if set(scores) != set(ids):
+                raise PopulaError(f"step {step} {member}: its report holds other tasks than the base's")
+    mean = {s: [sum(m[i] for m in members.values()) / len(members) for i in ids] for s, members in steps.items()}
+    base_scores = [base[i] for i in ids]
+    out: dict[str, Any] = {"tasks": len(ids), "first": min(first, len(ids)),
+                           "base_pass1": sum(base_scores) / len(ids), "from": ref, "steps": {}}
+    for step in sorted(steps):
+        over, over_se = paired(mean[step], base_scores)
+        row = {"members": {m: sum(v.values()) / len(v) for m, v in sorted(steps[step].items())},
+               "mean_pass1": sum(mean[step]) / len(ids), "mean_pass1_first": sum(mean[step][:first]) / out["first"],
+               "over_base": over, "over_base_se": over_se}
+        if ref is not None and step != ref:
+            row["from_ref"], row["from_ref_se"] = paired(mean[step], mean[ref])
+        out["steps"][step] = row
+    return out
+
+
+def table(fig: dict[str, Any]) -> str:
+    ref = fig["from"]
+    lines = [f"base pass@1 {fig['base_pass1']:.3f} on {fig['tasks']} tasks",
+             f"| step | students | mean pass@1 | first {fig['first']} | over the base (se) | from step {ref} (se) |",
+             "|---|---|---|---|---|---|"]
+    for step, row in fig["steps"].items():
+        members = ", ".join(f"{m} {p:.3f}" for m, p in row["members"].items())
+        change = f"{row['from_ref']:+.3f} ({row['from_ref_se']:.3f})" if "from_ref" in row else "-"
+        lines.append(f"| {step} | {members} | {row['mean_pass1']:.3f} | {row['mean_pass1_first']:.3f} | "
+                     f"{row['over_base']:+.3f} ({row['over_base_se']:.3f}) | {change} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", metavar="STEP=REPORT.json")
+    parser.add_argument("--base", type=Path, required=True, help="the bare base's report on the same tasks")
+    parser.add_argument("--from", dest="ref", type=int, help="the step every other is compared with (default: the first)")
+    parser.add_argument("--first", type=int, default=100, help="also the mean over the first N tasks (default 100)")
+    args = parser.parse_args(argv)
+    try:
+        steps: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+        for item in args.reports:
+            step, sep, path = item.partition("=")
+            if not sep or not step.isdigit():
+                raise PopulaError(f"{item}: expected STEP=REPORT.json")
+            member, scores = per_task(Path(path))
+            steps[int(step)][member] = scores
+        ref = args.ref if args.ref is not None else min(steps)
+        if ref not in steps:
+            raise PopulaError(f"--from {ref}: no report of that step")
+        fig = figures(dict(steps), per_task(args.base)[1], ref, args.first)
+    except PopulaError as err:
+        print(f"checkpoint_probe: error: {err}", file=sys.stderr)
+        return 2
+    print(table(fig))
+    print(json.dumps(fig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
