@@ -1,6 +1,6 @@
 """A run's held-out curve re-measured from its kept checkpoints on a larger set, paired task by task.
 
-    python3 benchmarks/checkpoint_probe.py --base BASE.json [--from STEP] [--first N] STEP=REPORT.json ...
+    python3 benchmarks/checkpoint_probe.py --base BASE.json [--from STEP] [--first N] [--plot PNG] STEP=REPORT.json ...
 
 Why: the in-run probe (`heldout.*`) is small so that it is cheap, and a small set moves by
 chance: on 100 tasks x 2 answers a change of 0.02 between two probes is inside its noise. After
@@ -91,12 +91,35 @@ def table(fig: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(fig: dict[str, Any], path: Path) -> None:
+    """The curve on all tasks (bars: the paired se from the reference step) beside its first N
+    tasks' and the base's level: what the in-run probe would have drawn, and what it could not see."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [int(s) for s in fig["steps"]]
+    rows = list(fig["steps"].values())
+    ax = plt.figure(figsize=(6.4, 3.6)).gca()
+    ax.errorbar(steps, [r["mean_pass1"] for r in rows], yerr=[r.get("from_ref_se", 0.0) for r in rows],
+                marker="o", capsize=3, label=f"all {fig['tasks']} tasks (bars: paired se from step {fig['from']})")
+    ax.plot(steps, [r["mean_pass1_first"] for r in rows], marker="s", ls="--", label=f"its first {fig['first']} tasks")
+    ax.axhline(fig["base_pass1"], color="gray", ls=":", label="base, all tasks")
+    ax.set(xlabel="checkpoint step", ylabel="students' mean pass@1", title="held-out curve from kept checkpoints")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", metavar="STEP=REPORT.json")
     parser.add_argument("--base", type=Path, required=True, help="the bare base's report on the same tasks")
     parser.add_argument("--from", dest="ref", type=int, help="the step every other is compared with (default: the first)")
     parser.add_argument("--first", type=int, default=100, help="also the mean over the first N tasks (default 100)")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the curve to this file")
     args = parser.parse_args(argv)
     try:
         steps: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
@@ -113,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     except PopulaError as err:
         print(f"checkpoint_probe: error: {err}", file=sys.stderr)
         return 2
+    if args.plot is not None:
+        plot(fig, args.plot)
     print(table(fig))
     print(json.dumps(fig))
     return 0

@@ -28,8 +28,9 @@ def test_each_step_is_its_students_mean_paired_with_the_base_and_the_reference_s
     a90 = report(tmp_path / "a90.json", "S0", [2, 0, 1, 2])
     b90 = report(tmp_path / "b90.json", "S1", [2, 2, 1, 2])
     a99 = report(tmp_path / "a99.json", "S0", [0, 0, 1, 2])
-    done = probe("--base", base, "--first", 2, f"90={a90}", f"90={b90}", f"99={a99}")
+    done = probe("--base", base, "--first", 2, "--plot", tmp_path / "curve.png", f"90={a90}", f"90={b90}", f"99={a99}")
     assert done.returncode == 0, done.stderr
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fig = json.loads(done.stdout.splitlines()[-1])
     s90, s99 = fig["steps"]["90"], fig["steps"]["99"]
     assert fig["base_pass1"] == 0.375 and fig["from"] == 90 and fig["first"] == 2
