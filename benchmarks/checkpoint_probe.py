@@ -15,7 +15,8 @@ say whether it still rises:
     popula eval BASE --tasks tune300.jsonl ... --per-task --json > base.json
 
 Each STEP=REPORT.json is one live student at that step (`popula eval --per-task --json`); a
-step's figure is the mean over its students, task by task. Printed per step: each student's
+step's figure is the mean over its students, task by task. STEP may be any label (`T-s2=...`,
+`U-s2=...`): two runs' students at one step compare the same way, paired task by task. Printed per step: each student's
 pass@1, the mean, the mean on the first N tasks (the in-run probe's own tasks when the set
 shares its seed), the mean minus the base's and minus the mean at step `--from`, each with the
 standard error of the paired per-task difference. Every report must hold the same tasks. The
@@ -54,7 +55,7 @@ def paired(a: list[float], b: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / len(d))
 
 
-def figures(steps: dict[int, dict[str, dict[str, float]]], base: dict[str, float], ref: int | None,
+def figures(steps: dict[str, dict[str, dict[str, float]]], base: dict[str, float], ref: str | None,
             first: int) -> dict[str, Any]:
     """Per step: each student's pass@1, the mean (all tasks, first `first`), and the paired
     differences from the base and from step `ref`."""
@@ -67,7 +68,7 @@ def figures(steps: dict[int, dict[str, dict[str, float]]], base: dict[str, float
     base_scores = [base[i] for i in ids]
     out: dict[str, Any] = {"tasks": len(ids), "first": min(first, len(ids)),
                            "base_pass1": sum(base_scores) / len(ids), "from": ref, "steps": {}}
-    for step in sorted(steps):
+    for step in steps:  # in the order given
         over, over_se = paired(mean[step], base_scores)
         row = {"members": {m: sum(v.values()) / len(v) for m, v in sorted(steps[step].items())},
                "mean_pass1": sum(mean[step]) / len(ids), "mean_pass1_first": sum(mean[step][:first]) / out["first"],
@@ -99,9 +100,11 @@ def plot(fig: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [int(s) for s in fig["steps"]]
+    labels = list(fig["steps"])
+    steps = [int(s) for s in labels] if all(s.isdigit() for s in labels) else list(range(len(labels)))
     rows = list(fig["steps"].values())
     ax = plt.figure(figsize=(6.4, 3.6)).gca()
+    ax.set_xticks(steps, labels)
     ax.errorbar(steps, [r["mean_pass1"] for r in rows], yerr=[r.get("from_ref_se", 0.0) for r in rows],
                 marker="o", capsize=3, label=f"all {fig['tasks']} tasks (bars: paired se from step {fig['from']})")
     ax.plot(steps, [r["mean_pass1_first"] for r in rows], marker="s", ls="--", label=f"its first {fig['first']} tasks")
@@ -117,19 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", metavar="STEP=REPORT.json")
     parser.add_argument("--base", type=Path, required=True, help="the bare base's report on the same tasks")
-    parser.add_argument("--from", dest="ref", type=int, help="the step every other is compared with (default: the first)")
+    parser.add_argument("--from", dest="ref", metavar="STEP", help="the step every other is compared with (default: the first given)")
     parser.add_argument("--first", type=int, default=100, help="also the mean over the first N tasks (default 100)")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the curve to this file")
     args = parser.parse_args(argv)
     try:
-        steps: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+        steps: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
         for item in args.reports:
             step, sep, path = item.partition("=")
-            if not sep or not step.isdigit():
+            if not sep or not step:
                 raise PopulaError(f"{item}: expected STEP=REPORT.json")
             member, scores = per_task(Path(path))
-            steps[int(step)][member] = scores
-        ref = args.ref if args.ref is not None else min(steps)
+            steps[step][member] = scores
+        ref = args.ref if args.ref is not None else next(iter(steps))
         if ref not in steps:
             raise PopulaError(f"--from {ref}: no report of that step")
         fig = figures(dict(steps), per_task(args.base)[1], ref, args.first)

@@ -33,7 +33,7 @@ def test_each_step_is_its_students_mean_paired_with_the_base_and_the_reference_s
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fig = json.loads(done.stdout.splitlines()[-1])
     s90, s99 = fig["steps"]["90"], fig["steps"]["99"]
-    assert fig["base_pass1"] == 0.375 and fig["from"] == 90 and fig["first"] == 2
+    assert fig["base_pass1"] == 0.375 and fig["from"] == "90" and fig["first"] == 2
     assert s90["members"] == {"S0": 0.625, "S1": 0.875}
     assert s90["mean_pass1"] == 0.75 and s90["mean_pass1_first"] == 0.75  # tasks t0, t1: (1 + 0.5) / 2
     assert s90["over_base"] == 0.375 and "from_ref" not in s90
@@ -48,3 +48,13 @@ def test_a_report_on_other_tasks_is_refused_in_one_line(tmp_path):
     done = probe("--base", base, f"5={other}")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == "checkpoint_probe: error: step 5 S0: its report holds other tasks than the base's"
+
+
+def test_two_runs_at_one_step_compare_by_label_in_the_order_given(tmp_path):
+    base = report(tmp_path / "base.json", None, [0, 0])
+    t = report(tmp_path / "t.json", "S0", [2, 2])
+    u = report(tmp_path / "u.json", "S0", [2, 0])
+    done = probe("--base", base, "--from", "T", f"U={u}", f"T={t}")
+    assert done.returncode == 0, done.stderr
+    fig = json.loads(done.stdout.splitlines()[-1])
+    assert list(fig["steps"]) == ["U", "T"] and fig["steps"]["U"]["from_ref"] == -0.5
