@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -36,45 +35,43 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.errors import PopulaError  # noqa: E402
+from popula.eval.paired import mean_report, paired_difference, per_task_pass1  # noqa: E402
 
 
-def per_task(path: Path) -> tuple[str, dict[str, float]]:
-    """(adapter, task id -> share of right answers) from one `popula eval --per-task --json` report."""
+def read_report(path: Path) -> dict[str, Any]:
+    """One `popula eval --per-task --json` report, its per-task pass@1 checked readable."""
     try:
         report = json.loads(path.read_text())
-        return report.get("adapter") or "base", {t["id"]: t["correct"] / t["samples"] for t in report["per_task"]}
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as err:
+        per_task_pass1(report)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, PopulaError) as err:
         raise PopulaError(f"{path}: not a `popula eval --per-task --json` report ({err})") from None
+    return report
 
 
-def paired(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Mean of a - b task by task, and its standard error."""
-    d = [x - y for x, y in zip(a, b)]
-    mean = sum(d) / len(d)
-    var = sum((x - mean) ** 2 for x in d) / (len(d) - 1) if len(d) > 1 else 0.0
-    return mean, math.sqrt(var / len(d))
-
-
-def figures(steps: dict[str, dict[str, dict[str, float]]], base: dict[str, float], ref: str | None,
+def figures(steps: dict[str, list[dict[str, Any]]], base: dict[str, Any], ref: str | None,
             first: int) -> dict[str, Any]:
-    """Per step: each student's pass@1, the mean (all tasks, first `first`), and the paired
-    differences from the base and from step `ref`."""
-    ids = list(base)
-    for step, members in steps.items():
-        for member, scores in members.items():
-            if set(scores) != set(ids):
-                raise PopulaError(f"step {step} {member}: its report holds other tasks than the base's")
-    mean = {s: [sum(m[i] for m in members.values()) / len(members) for i in ids] for s, members in steps.items()}
-    base_scores = [base[i] for i in ids]
-    out: dict[str, Any] = {"tasks": len(ids), "first": min(first, len(ids)),
-                           "base_pass1": sum(base_scores) / len(ids), "from": ref, "steps": {}}
-    for step in steps:  # in the order given
-        over, over_se = paired(mean[step], base_scores)
-        row = {"members": {m: sum(v.values()) / len(v) for m, v in sorted(steps[step].items())},
-               "mean_pass1": sum(mean[step]) / len(ids), "mean_pass1_first": sum(mean[step][:first]) / out["first"],
-               "over_base": over, "over_base_se": over_se}
+    """Per step (its students' reports): each student's pass@1, the mean (all tasks, the base's
+    first `first` in file order), and the paired differences from the base and from step `ref`."""
+    ids = [t["id"] for t in base["per_task"]]
+    for step, reports in steps.items():
+        for report in reports:
+            if set(per_task_pass1(report)) != set(ids):
+                raise PopulaError(f"step {step} {report.get('adapter')}: its report holds other tasks than the base's")
+    mean = {step: mean_report(reports, model=step) for step, reports in steps.items()}
+    first = min(first, len(ids))
+    out: dict[str, Any] = {"tasks": len(ids), "first": first,
+                           "base_pass1": sum(per_task_pass1(base).values()) / len(ids), "from": ref, "steps": {}}
+    for step, reports in steps.items():  # in the order given
+        rates = per_task_pass1(mean[step])
+        over = paired_difference([mean[step]], [base])
+        row = {"members": {r.get("adapter"): sum(per_task_pass1(r).values()) / len(ids)
+                           for r in sorted(reports, key=lambda r: str(r.get("adapter")))},
+               "mean_pass1": sum(rates.values()) / len(ids),
+               "mean_pass1_first": sum(rates[i] for i in ids[:first]) / first,
+               "over_base": over.mean, "over_base_se": over.task_se}
         if ref is not None and step != ref:
-            row["from_ref"], row["from_ref_se"] = paired(mean[step], mean[ref])
+            change = paired_difference([mean[step]], [mean[ref]])
+            row["from_ref"], row["from_ref_se"] = change.mean, change.task_se
         out["steps"][step] = row
     return out
 
@@ -125,17 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the curve to this file")
     args = parser.parse_args(argv)
     try:
-        steps: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+        steps: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for item in args.reports:
             step, sep, path = item.partition("=")
             if not sep or not step:
                 raise PopulaError(f"{item}: expected STEP=REPORT.json")
-            member, scores = per_task(Path(path))
-            steps[step][member] = scores
+            steps[step].append(read_report(Path(path)))
         ref = args.ref if args.ref is not None else next(iter(steps))
         if ref not in steps:
             raise PopulaError(f"--from {ref}: no report of that step")
-        fig = figures(dict(steps), per_task(args.base)[1], ref, args.first)
+        fig = figures(dict(steps), read_report(args.base), ref, args.first)
     except PopulaError as err:
         print(f"checkpoint_probe: error: {err}", file=sys.stderr)
         return 2
