@@ -295,3 +295,54 @@ def test_an_adapter_is_exported_as_any_kept_checkpoint_held_it(base, tmp_path, c
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 2 and f"{gone}: not live at step 1" in said[0] and "kept: 0, 1, 2" in said[1]
     assert not (tmp_path / "no1").exists() and not (tmp_path / "no2").exists()
+
+
+def test_a_branch_trains_on_from_another_runs_checkpoint_and_leaves_that_run_as_it_was(base, tmp_path, capsys,
+                                                                                        one_torch_thread):
+    source = tmp_path / "source"
+    assert main(args(base, source, 3, "--set=run.keep_checkpoints=4")) == 0
+    untouched = {p: p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file() and p.name != ".popula.lock"}
+    timings = {"wall_s", "phases", "verify_per_s"}
+
+    def comparable(run: Path) -> list[dict]:
+        rows = [{k: v for k, v in r.items() if k not in timings} for r in read_metrics(run / "metrics.jsonl")]
+        for row in rows:  # a resume publishes each adapter once more: only the version labels move
+            for adapter in row["learner"]["adapters"].values():
+                adapter.pop("versions", None)
+        return rows
+
+    # the source's own settings from its step 1: runs reproduce step for step, so steps 2-3 are the source's
+    same = tmp_path / "same"
+    capsys.readouterr()
+    assert main(args(base, same, 3, "--branch", str(source), "1", "--set=run.keep_checkpoints=4")) == 0
+    said = capsys.readouterr().out
+    assert f"branches from {source} at step 1; changed: nothing" in said, said
+    assert comparable(same) == comparable(source)
+    assert json.loads((same / "branch.json").read_text()) == {"source": str(source.resolve()), "step": 1,
+                                                              "changed": []}
+
+    # a changed setting is named, trains from the step on, and the branch resumes as any run does
+    other = tmp_path / "other"
+    assert main(args(base, other, 2, "--branch", str(source), "1", "--set=learner.lr=0.05")) == 0
+    assert "changed: learner.lr" in capsys.readouterr().out
+    assert [r["step"] for r in read_metrics(other / "metrics.jsonl")] == [1, 2]
+    assert comparable(other)[0] == comparable(source)[0]
+    assert main(args(base, other, 3, "--set=learner.lr=0.05", "--resume")) == 0
+    assert [r["step"] for r in read_metrics(other / "metrics.jsonl")] == [1, 2, 3]
+    capsys.readouterr()
+
+    # what cannot be branched says why in one line, and leaves no run behind
+    refused = [(["--branch", str(source), "7"], "keeps no checkpoint of step 7"),
+               (["--branch", str(source), "1", "--set=population.students=3"], "fixes population.students"),
+               (["--branch", str(source), "1", "--resume"], "give one of them"),
+               (["--branch", str(tmp_path / "nothing"), "1"], "not a run directory")]
+    for extra, why in refused:
+        assert main(args(base, tmp_path / "no", 3, *extra)) == 2
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and why in said[0], said
+        assert not (tmp_path / "no" / "config.yaml").exists()
+    assert main(args(base, same, 3, "--branch", str(source), "1")) == 2  # a directory that holds a run
+    assert "already holds a run" in capsys.readouterr().err
+
+    assert {p: p.read_bytes() for p in sorted(source.rglob("*"))
+            if p.is_file() and p.name != ".popula.lock"} == untouched

@@ -12,6 +12,8 @@ from popula.cli.help import add_command
 from popula.config import load_config
 from popula.kinds import task_types
 from popula.model.spec import check_base_model
+from popula.errors import PopulaError
+from popula.run.branch import branch_run, check_branch
 from popula.run.rundir import RunDirLock, check_run_dir, resume_point
 
 
@@ -20,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "run",
         examples=["popula run configs/tiny-cpu.yaml --out runs/first --steps 20",
                   "popula run configs/tiny-cpu.yaml --out runs/first --resume --steps 40",
-                  "popula run configs/tiny-cpu.yaml --out runs/first --resume 10"],
+                  "popula run configs/tiny-cpu.yaml --out runs/first --resume 10",
+                  "popula run configs/tiny-cpu.yaml --out runs/lr4 --branch runs/first 10 --set learner.lr=4e-3"],
         help="run a population of teacher and student adapters (self-play RL)",
         description=(
             f"Run PopuLoRA-style self-play: teachers propose {'/'.join(task_types())} tasks, the "
@@ -40,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", nargs="?", const="latest", default=None, type=_resume_step, metavar="STEP",
                         help="continue RUN_DIR from its newest checkpoint, or from the kept checkpoint of STEP "
                              "(later ones are then replaced)")
+    parser.add_argument("--branch", nargs=2, metavar=("SOURCE_RUN", "STEP"),
+                        help="start RUN_DIR as a copy of SOURCE_RUN at its kept checkpoint of STEP, then train on "
+                             "under this config (which may change anything but base_model, lora and population): "
+                             "a comparison that changes a setting from step STEP on need not train the first STEP "
+                             "steps again. SOURCE_RUN is not changed")
     parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                         help="run engines, sandboxes and learner as Ray actors; ADDRESS: 'auto', 'ray://host:10001' "
                              "(none: the config's ray.address, else a local Ray)")
@@ -72,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
             overrides.append(f"ray.address={args.ray}")
     cfg = load_config(args.config, overrides)
     run_dir = args.out or Path("runs") / args.config.stem
+    if args.branch is not None and args.resume is not None:
+        raise PopulaError("--branch starts a new run and --resume continues one; give one of them")
+    branch = _branch(args.branch)
+    if branch is not None:
+        check_branch(*branch, run_dir, cfg)
     resume = args.resume is not None
     # every argument is checked before anything loads or waits (a model build, a Ray cluster)
     check_run_dir(run_dir, resume)
@@ -91,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = cfg.resolved()  # exits 2 here, before any model loads, if e.g. cuda is asked for and absent
         print(f"popula run: engine {cfg.engine} on device {cfg.runtime.device}, dtype {cfg.runtime.dtype}", flush=True)
+    if branch is not None:
+        source, step = branch
+        changed = branch_run(source, step, run_dir, cfg)
+        print(f"popula run: {run_dir} branches from {source} at step {step}; changed: "
+              f"{', '.join(changed) or 'nothing'}", flush=True)
+        resume = True
     # deferred: torch loads only after main() has set the OpenMP waits (popula.openmp)
     from popula.run.population import PopulationRun
 
@@ -101,6 +120,15 @@ def run(args: argparse.Namespace) -> int:
         return INTERRUPTED
     print(f"popula run: done; see {run_dir}/metrics.jsonl, `popula leaderboard {run_dir}`, `popula plot {run_dir}`")
     return 0
+
+
+def _branch(arg: list[str] | None) -> tuple[Path, int] | None:
+    if arg is None:
+        return None
+    source, text = arg
+    if not text.isdigit():
+        raise PopulaError(f"--branch {source} {text}: STEP is the number of a checkpoint {source} keeps")
+    return Path(source), int(text)
 
 
 def _extra(args: argparse.Namespace) -> list[str]:

@@ -211,9 +211,8 @@ def _check_and_write_config(run_dir: Path, cfg: Config, resume: bool) -> None:
     if resume:
         if not config_path.exists():
             raise PopulaError(f"{run_dir}: nothing to resume (no config.yaml); start it without --resume")
-        saved = _with_defaults(yaml.safe_load(config_path.read_text(encoding="utf-8")))
-        current = cfg.model_dump(mode="json")
-        differ = sorted(k for k in _diff(saved, current) if not _resumable(k))
+        differ = [k for k in config_differences(yaml.safe_load(config_path.read_text(encoding="utf-8")), cfg)
+                  if not _resumable(k)]
         if differ:
             raise PopulaError(
                 f"{run_dir} belongs to another config: it differs at {', '.join(differ)}. "
@@ -281,6 +280,11 @@ def live_students(run_dir: Path) -> list[Member]:
     if not ranked:
         raise PopulaError(f"{run_dir / 'league.json'}: the league has no live student to evaluate")
     return ranked
+
+
+def config_differences(saved: Any, cfg: Config) -> list[str]:
+    """The dotted keys where a run's saved config (as read from its config.yaml) and `cfg` differ."""
+    return sorted(_diff(_with_defaults(saved), cfg.model_dump(mode="json")))
 
 
 def _with_defaults(saved: Any) -> Any:
