@@ -333,6 +333,12 @@ class RewardsConfig(_Section):
                     "fitness sharing; students still answer it and learn from it. For teachers that settle on "
                     "`def f(x): return [5]`, valid every time and never the same form twice, which the repeat "
                     "penalty cannot see (docs/results/smollm2-ladder/, rung U); null: off, the design's reward")
+    solved_task: float | None = Field(
+        None, le=0,
+        description="teacher reward for a valid task every rollout of its matched student solves, in place of the "
+                    "design's 1 - 1 = 0 (e.g. -0.5): under the design a task too easy to teach anything pays what "
+                    "an unsolved one pays, so the teachers cannot tell the two apart (docs/results/smollm2-ladder/, "
+                    "rung V); at least rewards.invalid_task; null: off, the design's reward")
     solvable_by: Literal["matched", "population"] = Field(
         "matched",
         description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "
@@ -350,9 +356,11 @@ class RewardsConfig(_Section):
 
     @model_validator(mode="after")
     def _cap_above_invalid(self) -> "RewardsConfig":
-        if self.blind_task_cap is not None and self.blind_task_cap < self.invalid_task:
-            raise ValueError(f"rewards.blind_task_cap={self.blind_task_cap} is below rewards.invalid_task="
-                             f"{self.invalid_task}: a valid task would pay less than a broken one")
+        for key in ("blind_task_cap", "solved_task"):
+            value = getattr(self, key)
+            if value is not None and value < self.invalid_task:
+                raise ValueError(f"rewards.{key}={value} is below rewards.invalid_task={self.invalid_task}: a valid "
+                                 f"task would pay less than a broken one")
         return self
 
 

@@ -32,6 +32,12 @@ of a new shape each time (`return [5]`, `return [4, 8, 9, 5]`) is a new form to 
 valid every time and solved often, and on one seed such tasks rose from a tenth to three
 quarters of a curriculum (docs/results/smollm2-ladder/, "Rung U").
 
+With `rewards.solved_task: r` (off by default) a valid task every rollout of its matched
+student solves pays r (e.g. -0.5) in place of 1 - 1 = 0. Under the design a task too easy to
+teach anything and one too hard to solve both pay 0, so the teachers' reward cannot tell them
+apart; as students came to solve every rollout of half their `code_i` and `code_o` tasks,
+their answers narrowed (docs/results/smollm2-ladder/, "Rung V").
+
 Student reward for one rollout (docs/design.md § What the sources say: the verifier's
 reward for a correct, well-formed solution):
 
@@ -65,13 +71,14 @@ def solve_rate(correct: Sequence[bool]) -> float:
 
 
 def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_TASK_REWARD,
-                   solvable: bool = False) -> float:
+                   solvable: bool = False, solved: float | None = None) -> float:
     """The teacher's reward for one task: `invalid` (-1) invalid, 0 unsolved, 1 - rho otherwise.
 
     `rho` may be None only for an invalid task (students never see those). `invalid` is
     `rewards.invalid_task` in the config: the design's -1 unless a run studies another.
     `solvable`: another student solved the task (`rewards.solvable_by: population`), so a
     rho of 0 is a hard task, not an impossible one, and pays 1 instead of the zero floor.
+    `solved`: what a task every rollout solves pays (`rewards.solved_task`); None: 1 - 1 = 0.
     """
     if not valid:
         return invalid
@@ -79,6 +86,8 @@ def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_T
         raise ValueError(f"a valid task needs a solve rate in [0, 1], got {rho!r}")
     if rho == 0.0 and not solvable:
         return UNSOLVED_TASK_REWARD
+    if rho == 1.0 and solved is not None:
+        return solved
     return 1.0 - rho
 
 

@@ -116,6 +116,11 @@ def test_a_cap_on_blind_tasks_below_the_invalid_reward_is_refused_naming_both_se
     with pytest.raises(PopulaError, match=r"rewards.blind_task_cap=-0.5 .* rewards.invalid_task=-0.25"):
         load_config(None, ["rewards.blind_task_cap=-0.5", "rewards.invalid_task=-0.25"])
     assert load_config(None, ["rewards.blind_task_cap=0"]).rewards.blind_task_cap == 0.0
+    assert Config().rewards.solved_task is None  # off: a task every rollout solves pays 1 - 1 = 0
+    with pytest.raises(PopulaError, match=r"rewards.solved_task=-0.5 .* rewards.invalid_task=-0.25"):
+        load_config(None, ["rewards.solved_task=-0.5", "rewards.invalid_task=-0.25"])
+    with pytest.raises(PopulaError, match="solved_task"):
+        load_config(None, ["rewards.solved_task=0.5"])  # never more than the design's 0
 
 
 def test_selecting_on_the_held_out_trend_s_own_tasks_is_refused():

@@ -44,6 +44,12 @@ class TestTeacherReward:
         assert teacher_reward(valid=True, rho=0.25, solvable=True) == pytest.approx(0.75)
         assert teacher_reward(valid=True, rho=1.0, solvable=True) == 0.0
 
+    def test_a_run_may_make_a_task_every_rollout_solves_pay_less_than_an_unsolved_one(self):
+        assert teacher_reward(valid=True, rho=1.0, solved=-0.5) == -0.5
+        assert teacher_reward(valid=True, rho=0.0, solved=-0.5) == 0.0  # too hard still pays the floor
+        assert teacher_reward(valid=True, rho=0.875, solved=-0.5) == pytest.approx(0.125)
+        assert teacher_reward(valid=False, rho=None, solved=-0.5) == -1.0
+
     def test_an_invalid_task_costs_its_penalty_however_solvable(self):
         assert teacher_reward(valid=False, rho=None, solvable=True) == -1.0
 

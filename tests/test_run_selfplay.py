@@ -230,6 +230,15 @@ def test_a_task_that_ignores_its_input_pays_its_teacher_at_most_the_cap_and_stil
     assert blind_rate(game) == pytest.approx(2 / 3)
 
 
+@pytest.mark.parametrize("solved", [None, -0.5])
+def test_a_task_every_rollout_solves_pays_its_teacher_what_the_run_says(tmp_path, sandbox, tasks, solved):
+    game = play(tmp_path, sandbox, blind_tasks(tasks), [Match("T0", "S0")], right=1, solved_task_reward=solved)
+    by_type = {p.task_type: p for p in game.proposals}
+    assert by_type["code_i"].rhos == {"S0": 1.0}  # every answer solves it
+    assert by_type["code_i"].reward == (0.0 if solved is None else -0.5)
+    assert by_type["code_f"].reward == pytest.approx(0.75)  # partly solved: 1 - rho either way
+
+
 def test_teacher_prompts_drop_their_first_references_to_fit_the_context(tmp_path, sandbox, tasks):
     tok = byte_tokenizer()
     players = ScriptedPlayers(tasks, tok, right=1)
@@ -284,14 +293,14 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
                              "rewards.novelty_penalty=0.1", "rewards.refuse_trivial=true",
-                             "rewards.blind_task_cap=0",
+                             "rewards.blind_task_cap=0", "rewards.solved_task=-0.25",
                              "rewards.solvable_by=population"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
         invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, refuse_trivial=True, blind_task_cap=0.0,
-        solvable_by="population", context=2048)
+        solved_task_reward=-0.25, solvable_by="population", context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):
