@@ -10,9 +10,9 @@ from pathlib import Path
 from popula.cli.exits import INTERRUPTED
 from popula.cli.help import add_command
 from popula.config import load_config
+from popula.errors import PopulaError
 from popula.kinds import task_types
 from popula.model.spec import check_base_model
-from popula.errors import PopulaError
 from popula.run.branch import branch_run, check_branch
 from popula.run.rundir import RunDirLock, check_run_dir, resume_point
 

@@ -25,7 +25,8 @@ import yaml
 from popula.config import Config
 from popula.errors import PopulaError
 from popula.run.checkpoint import Checkpoints
-from popula.run.rundir import RunDirLock, check_run_dir, config_differences, is_run_dir, resume_point
+from popula.run.rundir import (CONFIG_TMP, RunDirLock, check_run_dir, config_differences, is_run_dir, resume_point,
+                                write_config)
 
 # The config sections a checkpoint's tensors and roster are made of.
 FIXED_BY_CHECKPOINT = ("base_model", "lora", "population")
@@ -74,13 +75,14 @@ def branch_run(source: Path, step: int, run_dir: Path, cfg: Config) -> list[str]
             _copy(source, checkpoint, run_dir)
             (run_dir / BRANCH_FILE).write_text(json.dumps(
                 {"source": str(source.resolve()), "step": step, "changed": changed}, indent=1) + "\n")
-            config = run_dir / "config.yaml"
-            config.with_name("config.yaml.tmp").write_text(cfg.to_yaml(), encoding="utf-8")
-            config.with_name("config.yaml.tmp").replace(config)  # last: until here the directory holds no run
+            write_config(run_dir, cfg)  # last: until here the directory holds no run
         except OSError as err:
-            for name in ("checkpoints", "adapters", *RUN_FILES, BRANCH_FILE, "config.yaml.tmp"):
+            for name in ("checkpoints", "adapters", *RUN_FILES, BRANCH_FILE, CONFIG_TMP):
                 path = run_dir / name
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
             raise PopulaError(f"--branch {source}: copying into {run_dir} failed ({err.strerror or err}); "
                               f"nothing of the source changed") from None
     return changed

@@ -49,6 +49,7 @@ def _resumable(key: str) -> bool:
 
 
 LOCK_NAME = ".popula.lock"
+CONFIG_TMP = "config.yaml.tmp"  # config.yaml while it is being written (write_config)
 
 
 class RunDirLock:
@@ -222,7 +223,14 @@ def _check_and_write_config(run_dir: Path, cfg: Config, resume: bool) -> None:
         raise PopulaError(
             f"{run_dir} already holds a run; continue it with --resume or choose another --out"
         )
-    tmp = config_path.with_name("config.yaml.tmp")
+    write_config(run_dir, cfg)
+
+
+def write_config(run_dir: Path, cfg: Config) -> None:
+    """RUN_DIR/config.yaml, replaced whole (written aside, then renamed): a run's config is its
+    first file and the mark that the directory holds a run, so it is never half written."""
+    config_path = run_dir / "config.yaml"
+    tmp = config_path.with_name(CONFIG_TMP)
     tmp.write_text(cfg.to_yaml(), encoding="utf-8")
     tmp.replace(config_path)
 
