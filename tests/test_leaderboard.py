@@ -68,6 +68,28 @@ def test_json_output_is_one_object_for_tools(tmp_path, capsys):
     assert 0.0 <= s["win_rate"] <= 1.0
 
 
+def test_a_branched_run_names_its_source_step_and_changed_settings(tmp_path, capsys):
+    run_dir, _ = _run_dir(tmp_path)
+    assert popula.cli.main(["leaderboard", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["branch"] is None  # a run started fresh
+    origin = {"source": "/runs/u-s0", "step": 60, "changed": ["rewards.solved_task"]}
+    (run_dir / "branch.json").write_text(json.dumps(origin))  # as `popula run --branch` writes it
+    assert popula.cli.main(["leaderboard", str(run_dir)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "branched from /runs/u-s0 at step 60 (changed: rewards.solved_task)"
+    assert popula.cli.main(["leaderboard", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["branch"] == origin
+
+
+@pytest.mark.parametrize("text", ["{not json", '["/runs/u-s0", 60]', '{"source": "/runs/u-s0"}'])
+def test_a_corrupt_branch_record_exits_2_naming_the_file(tmp_path, capsys, text):
+    run_dir, _ = _run_dir(tmp_path)
+    (run_dir / "branch.json").write_text(text)
+    assert popula.cli.main(["leaderboard", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "branch.json" in err[0], err
+
+
 def test_plot_writes_a_png_of_rating_trajectories(tmp_path, capsys):
     run_dir, _ = _run_dir(tmp_path)
     out = tmp_path / "plots" / "ratings.png"

@@ -330,6 +330,8 @@ def test_a_branch_trains_on_from_another_runs_checkpoint_and_leaves_that_run_as_
     assert main(args(base, other, 3, "--set=learner.lr=0.05", "--resume")) == 0
     assert [r["step"] for r in read_metrics(other / "metrics.jsonl")] == [1, 2, 3]
     capsys.readouterr()
+    assert main(["leaderboard", str(other)]) == 0  # the leaderboard names where a branch came from
+    assert f"branched from {source.resolve()} at step 1 (changed: learner.lr, run.keep_checkpoints, run.steps)" in capsys.readouterr().out
 
     # what cannot be branched says why in one line, and leaves no run behind
     refused = [(["--branch", str(source), "7"], "keeps no checkpoint of step 7"),

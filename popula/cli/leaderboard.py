@@ -2,7 +2,8 @@
 
 When the run probes held-out tasks (`heldout.every`, popula/eval/heldout.py), each member's
 latest held-out pass@1 from metrics.jsonl stands beside its rating, with the rank correlation
-of conservative rating and held-out pass@1 among the live students that have one.
+of conservative rating and held-out pass@1 among the live students that have one. A run
+made by `popula run --branch` says which run and step it started from.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from popula.cli.paths import check_out_folder
 from popula.errors import PopulaError
 from popula.league import League
 from popula.eval.correlation import rank_correlation
+from popula.run.branch import read_branch
 from popula.run.metrics import latest_heldout
 
 MIN_FOR_SPEARMAN = 3  # students with a held-out score; with two the correlation is only ever +1 or -1
@@ -31,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "with matches, win rate and lineage. A run with held-out probes (heldout.every) also "
             "shows each student's latest held-out pass@1 from metrics.jsonl and the step it was "
             "measured at, and the Spearman rank correlation of conservative rating and held-out "
-            "pass@1 among live students (3 or more). Safe on a run that is still going: the "
+            "pass@1 among live students (3 or more). A branched run (popula run --branch) names the run and "
+            "step it started from and the settings it changed. Safe on a run that is still going: the "
             "trainer replaces league.json atomically."
         ),
     )
@@ -54,10 +57,13 @@ def run(args: argparse.Namespace) -> int:
     league = League.load(args.run_dir / "league.json")
     rows = standings(league, latest_heldout(args.run_dir))
     spearman = heldout_spearman(rows)
+    origin = read_branch(args.run_dir)
     if args.json:
-        print(json.dumps({"step": league.step, "members": rows, "heldout_spearman": spearman}))
+        print(json.dumps({"step": league.step, "members": rows, "heldout_spearman": spearman, "branch": origin}))
     else:
         print(format_table(rows, league.step, spearman))
+        if origin is not None:
+            print(branch_line(origin))
     if args.plot:
         # deferred: matplotlib loads only when a plot is asked for
         from popula.league.plot import plot_ratings
@@ -109,6 +115,12 @@ def _age(member, step: int | None) -> int | None:
     """Steps a member trained: to the last closed step if alive, to its replacement if not."""
     end = member.replaced_at_step if not member.alive else step
     return None if end is None else end - member.born_step
+
+
+def branch_line(origin: dict) -> str:
+    """One line naming the run and step a branched run started from, and what it changed."""
+    changed = ", ".join(origin["changed"]) or "nothing"
+    return f"branched from {origin['source']} at step {origin['step']} (changed: {changed})"
 
 
 def format_table(rows: list[dict], step: int | None, spearman: dict | None = None) -> str:

@@ -88,6 +88,23 @@ def branch_run(source: Path, step: int, run_dir: Path, cfg: Config) -> list[str]
     return changed
 
 
+def read_branch(run_dir: Path) -> dict | None:
+    """What RUN_DIR/branch.json says of the run's origin ({"source", "step", "changed"}), or
+    None for a run that was not branched. Refuses (PopulaError, one line) a file that is not
+    such an object, naming it."""
+    path = run_dir / BRANCH_FILE
+    if not path.exists():
+        return None
+    try:
+        origin = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PopulaError(f"{path}: unreadable ({err})") from None
+    if not (isinstance(origin, dict) and isinstance(origin.get("source"), str)
+            and isinstance(origin.get("step"), int) and isinstance(origin.get("changed"), list)):
+        raise PopulaError(f"{path}: not a branch record (want source, step and changed)")
+    return origin
+
+
 def _copy(source: Path, checkpoint: Path, run_dir: Path) -> None:
     shutil.copytree(checkpoint, run_dir / "checkpoints" / checkpoint.name)
     shutil.copytree(source / "adapters", run_dir / "adapters")
