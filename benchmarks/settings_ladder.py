@@ -23,6 +23,10 @@ the same probe set (refused otherwise). Printed per rung, in the order given:
 - the share of teachers' tasks of any kind whose program never reads its input, over the same
   steps (`popula.complexity.ignores_input`): constants of ever-new shapes are how rung T's seed
   2 thinned past the repeat penalty (`return [5]`, `return [4, 8, 9, 5]`);
+- the share of teachers' tasks with a solve rate (`rho` in `tasks.jsonl`) that every rollout of
+  their matched student solved, over the same steps, overall and (in the JSON) per task type: a
+  task that easy pays its teacher what an unsolved one does under the design, and the answers
+  narrowed as it grew (rungs V and W);
 - the mean step time with the probe's time left out.
 `--until STEP` reads every run only up to that step, so rungs that ran on for different
 lengths are judged over the same steps (a rule fixed at the last probe they all reached).
@@ -54,6 +58,7 @@ WINDOWED = {  # metrics.jsonl key -> column label
 }
 IDENTITY = "identity_code_f"  # windows' key for identity_share, read from tasks.jsonl
 BLIND = "blind"  # windows' key for blind_share, read from tasks.jsonl
+SOLVED = "solved_by_all"  # windows' key for solved_share, read from tasks.jsonl
 
 
 def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -71,8 +76,10 @@ def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, 
     windows = {key: {"first": _mean(rows[:window], key), "last": _mean(rows[-window:], key)} for key in WINDOWED}
     if tasks is not None:
         first, last = {row["step"] for row in rows[:window]}, {row["step"] for row in rows[-window:]}
-        for key, share in ((IDENTITY, identity_share), (BLIND, blind_share)):
+        for key, share in ((IDENTITY, identity_share), (BLIND, blind_share), (SOLVED, solved_share)):
             windows[key] = {"first": share(tasks, first), "last": share(tasks, last)}
+        windows[SOLVED]["last_by_type"] = {kind: solved_share(tasks, last, kind)
+                                           for kind in sorted({t["type"] for t in tasks if "type" in t})}
     step_s = [row["wall_s"] - row.get("phases", {}).get("heldout_s", 0.0) for row in rows]
     return {"steps": len(rows), "probe": probe, "windows": windows, "step_s": statistics.fmean(step_s) if step_s else None}
 
@@ -90,6 +97,14 @@ def blind_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None:
     `blind_rate` metric compare too."""
     posed = [t for t in tasks if t.get("step") in steps and t.get("teacher") != "seed"]
     return sum(ignores_input(t["program"]) for t in posed) / len(posed) if posed else None
+
+
+def solved_share(tasks: list[dict[str, Any]], steps: set[int], kind: str | None = None) -> float | None:
+    """The share of teachers' tasks posed at `steps` (of type `kind`, or any) with a solve rate
+    whose every rollout was solved (`rho` 1)."""
+    rated = [t for t in tasks if t.get("step") in steps and t.get("teacher") != "seed" and t.get("rho") is not None
+             and (kind is None or t.get("type") == kind)]
+    return sum(t["rho"] == 1 for t in rated) / len(rated) if rated else None
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -118,13 +133,14 @@ def format_table(result: dict[str, Any]) -> str:
     steps = result["probe_steps"]
     head = ["rung", "steps"] + [f"probe {s}: mean / weakest / pass@k" for s in steps]
     head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()]
-    head += [f"identity code_f first→last {result['window']}", f"blind first→last {result['window']}", "step s"]
+    head += [f"identity code_f first→last {result['window']}", f"blind first→last {result['window']}",
+             f"solved by every rollout first→last {result['window']}", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, f in result["rungs"].items():
         cells = [label, str(f["steps"])]
         cells += [" / ".join(num(f["probe"][s][k]) for k in ("mean_pass1", "weakest_pass1", "mean_passk")) for s in steps]
         cells += [f"{num(f['windows'][k]['first'])}→{num(f['windows'][k]['last'])}" for k in WINDOWED]
-        for key in (IDENTITY, BLIND):
+        for key in (IDENTITY, BLIND, SOLVED):
             share = f["windows"].get(key)
             cells.append("-" if share is None else f"{num(share['first'])}→{num(share['last'])}")
         cells.append("-" if f["step_s"] is None else f"{f['step_s']:.1f}")

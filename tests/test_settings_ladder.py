@@ -110,3 +110,26 @@ def test_the_blind_share_counts_teachers_tasks_of_any_kind_that_never_read_their
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["blind"] == \
         {"first": 0.0, "last": 0.5}
+
+
+def test_the_solved_share_counts_teachers_tasks_every_rollout_solved_overall_and_by_type(tmp_path):
+    """Rungs V, W and X read it: a task its matched student solves every time pays its teacher
+    what an unsolved one does under the design. Seed tasks and tasks never answered (no rho) are
+    not counted."""
+    a = run_dir(tmp_path / "a", [0.5] * 4, {4: {"S0": (0.3, 0.5)}})
+    tasks = [
+        {"type": "code_i", "rho": 1.0, "step": 0, "teacher": "seed"},
+        {"type": "code_i", "rho": 0.25, "step": 1, "teacher": "T0"},
+        {"type": "code_o", "rho": None, "step": 1, "teacher": "T0"},
+        {"type": "code_i", "rho": 1.0, "step": 4, "teacher": "T0"},
+        {"type": "code_i", "rho": 0.0, "step": 3, "teacher": "T1"},
+        {"type": "code_f", "rho": 1.0, "step": 4, "teacher": "T1"},
+        {"type": "code_f", "rho": 0.5, "step": 4, "teacher": "T1"},
+    ]
+    logged = [dict(t, program="def f(n):\n    return n + 1", inputs=["1"], outputs=["2"]) for t in tasks]
+    (a / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in logged))
+    done = ladder(f"a={a}", "--window", "2")
+    assert done.returncode == 0, done.stderr
+    solved = json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["solved_by_all"]
+    assert solved == {"first": 0.0, "last": 0.5, "last_by_type": {"code_f": 0.5, "code_i": 0.5, "code_o": None}}
+    assert "0.000→0.500" in done.stdout
