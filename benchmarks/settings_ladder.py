@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.complexity import ignores_input  # noqa: E402
 from popula.errors import PopulaError  # noqa: E402
+from popula.run.buffer import SEED_TEACHER  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 
 WINDOWED = {  # metrics.jsonl key -> column label
@@ -86,7 +87,7 @@ def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, 
 
 def identity_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None:
     """The share of teachers' `code_f` tasks posed at `steps` whose every output equals its input."""
-    posed = [t for t in tasks if t.get("type") == "code_f" and t.get("step") in steps and t.get("teacher") != "seed"]
+    posed = [t for t in _teachers_tasks(tasks, steps) if t.get("type") == "code_f"]
     same = [t for t in posed if t["inputs"] and t["inputs"] == t["outputs"]]
     return len(same) / len(posed) if posed else None
 
@@ -95,16 +96,20 @@ def blind_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None:
     """The share of teachers' tasks posed at `steps`, of any kind, whose program never reads its
     input (`popula.complexity.ignores_input`): read from the log, so runs from before the
     `blind_rate` metric compare too."""
-    posed = [t for t in tasks if t.get("step") in steps and t.get("teacher") != "seed"]
+    posed = _teachers_tasks(tasks, steps)
     return sum(ignores_input(t["program"]) for t in posed) / len(posed) if posed else None
 
 
 def solved_share(tasks: list[dict[str, Any]], steps: set[int], kind: str | None = None) -> float | None:
     """The share of teachers' tasks posed at `steps` (of type `kind`, or any) with a solve rate
     whose every rollout was solved (`rho` 1)."""
-    rated = [t for t in tasks if t.get("step") in steps and t.get("teacher") != "seed" and t.get("rho") is not None
-             and (kind is None or t.get("type") == kind)]
+    rated = [t for t in _teachers_tasks(tasks, steps) if t.get("rho") is not None and kind in (None, t.get("type"))]
     return sum(t["rho"] == 1 for t in rated) / len(rated) if rated else None
+
+
+def _teachers_tasks(tasks: list[dict[str, Any]], steps: set[int]) -> list[dict[str, Any]]:
+    """The tasks the teachers posed at `steps`: the generated seed tasks the buffer starts from are not theirs."""
+    return [t for t in tasks if t.get("step") in steps and t.get("teacher") != SEED_TEACHER]
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
