@@ -26,7 +26,8 @@ the same probe set (refused otherwise). Printed per rung, in the order given:
 - the share of teachers' tasks with a solve rate (`rho` in `tasks.jsonl`) that every rollout of
   their matched student solved, over the same steps, overall and (in the JSON) per task type: a
   task that easy pays its teacher what an unsolved one does under the design, and the answers
-  narrowed as it grew (rungs V and W);
+  narrowed as it grew (rungs V and W); and the share no rollout solved, the other end, where a
+  penalty on solved tasks can push teachers (rung X's `code_f`) and a student gets no gradient;
 - the mean step time with the probe's time left out.
 `--until STEP` reads every run only up to that step, so rungs that ran on for different
 lengths are judged over the same steps (a rule fixed at the last probe they all reached).
@@ -59,7 +60,9 @@ WINDOWED = {  # metrics.jsonl key -> column label
 }
 IDENTITY = "identity_code_f"  # windows' key for identity_share, read from tasks.jsonl
 BLIND = "blind"  # windows' key for blind_share, read from tasks.jsonl
-SOLVED = "solved_by_all"  # windows' key for solved_share, read from tasks.jsonl
+SOLVED = "solved_by_all"  # windows' key for solved_share (rho 1), read from tasks.jsonl
+UNSOLVED = "solved_by_none"  # windows' key for solved_share at rho 0
+SOLVE_ENDS = {SOLVED: 1.0, UNSOLVED: 0.0}  # windows' key -> the solve rate whose share it counts
 
 
 def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -77,10 +80,12 @@ def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, 
     windows = {key: {"first": _mean(rows[:window], key), "last": _mean(rows[-window:], key)} for key in WINDOWED}
     if tasks is not None:
         first, last = {row["step"] for row in rows[:window]}, {row["step"] for row in rows[-window:]}
-        for key, share in ((IDENTITY, identity_share), (BLIND, blind_share), (SOLVED, solved_share)):
+        for key, share in ((IDENTITY, identity_share), (BLIND, blind_share)):
             windows[key] = {"first": share(tasks, first), "last": share(tasks, last)}
-        windows[SOLVED]["last_by_type"] = {kind: solved_share(tasks, last, kind)
-                                           for kind in sorted({t["type"] for t in tasks if "type" in t})}
+        kinds = sorted({t["type"] for t in tasks if "type" in t})
+        for key, rho in SOLVE_ENDS.items():
+            windows[key] = {"first": solved_share(tasks, first, rho=rho), "last": solved_share(tasks, last, rho=rho),
+                            "last_by_type": {kind: solved_share(tasks, last, kind, rho) for kind in kinds}}
     step_s = [row["wall_s"] - row.get("phases", {}).get("heldout_s", 0.0) for row in rows]
     return {"steps": len(rows), "probe": probe, "windows": windows, "step_s": statistics.fmean(step_s) if step_s else None}
 
@@ -100,11 +105,12 @@ def blind_share(tasks: list[dict[str, Any]], steps: set[int]) -> float | None:
     return sum(ignores_input(t["program"]) for t in posed) / len(posed) if posed else None
 
 
-def solved_share(tasks: list[dict[str, Any]], steps: set[int], kind: str | None = None) -> float | None:
-    """The share of teachers' tasks posed at `steps` (of type `kind`, or any) with a solve rate
-    whose every rollout was solved (`rho` 1)."""
+def solved_share(tasks: list[dict[str, Any]], steps: set[int], kind: str | None = None,
+                 rho: float = 1.0) -> float | None:
+    """The share of teachers' tasks posed at `steps` (of type `kind`, or any) whose solve rate is
+    `rho`: every rollout solved (1) or none (0). Tasks never answered are not counted."""
     rated = [t for t in _teachers_tasks(tasks, steps) if t.get("rho") is not None and kind in (None, t.get("type"))]
-    return sum(t["rho"] == 1 for t in rated) / len(rated) if rated else None
+    return sum(t["rho"] == rho for t in rated) / len(rated) if rated else None
 
 
 def _teachers_tasks(tasks: list[dict[str, Any]], steps: set[int]) -> list[dict[str, Any]]:
@@ -139,13 +145,14 @@ def format_table(result: dict[str, Any]) -> str:
     head = ["rung", "steps"] + [f"probe {s}: mean / weakest / pass@k" for s in steps]
     head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()]
     head += [f"identity code_f first→last {result['window']}", f"blind first→last {result['window']}",
-             f"solved by every rollout first→last {result['window']}", "step s"]
+             f"solved by every rollout first→last {result['window']}",
+             f"solved by no rollout first→last {result['window']}", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, f in result["rungs"].items():
         cells = [label, str(f["steps"])]
         cells += [" / ".join(num(f["probe"][s][k]) for k in ("mean_pass1", "weakest_pass1", "mean_passk")) for s in steps]
         cells += [f"{num(f['windows'][k]['first'])}→{num(f['windows'][k]['last'])}" for k in WINDOWED]
-        for key in (IDENTITY, BLIND, SOLVED):
+        for key in (IDENTITY, BLIND, SOLVED, UNSOLVED):
             share = f["windows"].get(key)
             cells.append("-" if share is None else f"{num(share['first'])}→{num(share['last'])}")
         cells.append("-" if f["step_s"] is None else f"{f['step_s']:.1f}")

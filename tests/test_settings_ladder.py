@@ -112,10 +112,10 @@ def test_the_blind_share_counts_teachers_tasks_of_any_kind_that_never_read_their
         {"first": 0.0, "last": 0.5}
 
 
-def test_the_solved_share_counts_teachers_tasks_every_rollout_solved_overall_and_by_type(tmp_path):
-    """Rungs V, W and X read it: a task its matched student solves every time pays its teacher
-    what an unsolved one does under the design. Seed tasks and tasks never answered (no rho) are
-    not counted."""
+def test_the_solved_shares_count_teachers_tasks_every_and_no_rollout_solved_overall_and_by_type(tmp_path):
+    """Rungs V, W and X read them: a task its matched student solves every time pays its teacher
+    what an unsolved one does under the design, and a task none solves gives the student no
+    gradient. Seed tasks and tasks never answered (no rho) are not counted."""
     a = run_dir(tmp_path / "a", [0.5] * 4, {4: {"S0": (0.3, 0.5)}})
     tasks = [
         {"type": "code_i", "rho": 1.0, "step": 0, "teacher": "seed"},
@@ -132,4 +132,6 @@ def test_the_solved_share_counts_teachers_tasks_every_rollout_solved_overall_and
     assert done.returncode == 0, done.stderr
     solved = json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["solved_by_all"]
     assert solved == {"first": 0.0, "last": 0.5, "last_by_type": {"code_f": 0.5, "code_i": 0.5, "code_o": None}}
-    assert "0.000→0.500" in done.stdout
+    unsolved = json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["solved_by_none"]
+    assert unsolved == {"first": 0.0, "last": 0.25, "last_by_type": {"code_f": 0.0, "code_i": 0.5, "code_o": None}}
+    assert "0.000→0.500" in done.stdout and "0.000→0.250" in done.stdout
