@@ -63,6 +63,12 @@ BLIND = "blind"  # windows' key for blind_share, read from tasks.jsonl
 SOLVED = "solved_by_all"  # windows' key for solved_share (rho 1), read from tasks.jsonl
 UNSOLVED = "solved_by_none"  # windows' key for solved_share at rho 0
 SOLVE_ENDS = {SOLVED: 1.0, UNSOLVED: 0.0}  # windows' key -> the solve rate whose share it counts
+TASK_SHARES = {  # windows' key of a share read from tasks.jsonl -> column label
+    IDENTITY: "identity code_f",
+    BLIND: "blind",
+    SOLVED: "solved by every rollout",
+    UNSOLVED: "solved by no rollout",
+}
 
 
 def rung_figures(rows: list[dict[str, Any]], window: int, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -143,16 +149,14 @@ def format_table(result: dict[str, Any]) -> str:
 
     steps = result["probe_steps"]
     head = ["rung", "steps"] + [f"probe {s}: mean / weakest / pass@k" for s in steps]
-    head += [f"{label} first→last {result['window']}" for label in WINDOWED.values()]
-    head += [f"identity code_f first→last {result['window']}", f"blind first→last {result['window']}",
-             f"solved by every rollout first→last {result['window']}",
-             f"solved by no rollout first→last {result['window']}", "step s"]
+    head += [f"{label} first→last {result['window']}" for label in (*WINDOWED.values(), *TASK_SHARES.values())]
+    head += ["step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, f in result["rungs"].items():
         cells = [label, str(f["steps"])]
         cells += [" / ".join(num(f["probe"][s][k]) for k in ("mean_pass1", "weakest_pass1", "mean_passk")) for s in steps]
         cells += [f"{num(f['windows'][k]['first'])}→{num(f['windows'][k]['last'])}" for k in WINDOWED]
-        for key in (IDENTITY, BLIND, SOLVED, UNSOLVED):
+        for key in TASK_SHARES:
             share = f["windows"].get(key)
             cells.append("-" if share is None else f"{num(share['first'])}→{num(share['last'])}")
         cells.append("-" if f["step_s"] is None else f"{f['step_s']:.1f}")

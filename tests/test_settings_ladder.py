@@ -130,8 +130,9 @@ def test_the_solved_shares_count_teachers_tasks_every_and_no_rollout_solved_over
     (a / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in logged))
     done = ladder(f"a={a}", "--window", "2")
     assert done.returncode == 0, done.stderr
-    solved = json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["solved_by_all"]
-    assert solved == {"first": 0.0, "last": 0.5, "last_by_type": {"code_f": 0.5, "code_i": 0.5, "code_o": None}}
-    unsolved = json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]["solved_by_none"]
-    assert unsolved == {"first": 0.0, "last": 0.25, "last_by_type": {"code_f": 0.0, "code_i": 0.5, "code_o": None}}
+    windows = json.loads(done.stdout.strip().splitlines()[-1])["rungs"]["a"]["windows"]
+    assert windows["solved_by_all"] == {"first": 0.0, "last": 0.5,
+                                        "last_by_type": {"code_f": 0.5, "code_i": 0.5, "code_o": None}}
+    assert windows["solved_by_none"] == {"first": 0.0, "last": 0.25,
+                                         "last_by_type": {"code_f": 0.0, "code_i": 0.5, "code_o": None}}
     assert "0.000→0.500" in done.stdout and "0.000→0.250" in done.stdout
