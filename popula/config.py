@@ -23,7 +23,7 @@ from popula.errors import PopulaError
 from popula.kinds import default_types, task_types
 from popula.league.schema import LeagueConfig
 from popula.metric_sinks import DEFAULT_SINKS, SINKS
-from popula.rewards import INVALID_TASK_REWARD
+from popula.rewards import INVALID_TASK_REWARD, UNSOLVED_TASK_REWARD
 from popula.runtime import DEVICE_PATTERN, resolve_runtime
 
 # The default bounds of a steered entropy coefficient (popula.learner.entropy_control).
@@ -339,6 +339,12 @@ class RewardsConfig(_Section):
                     "design's 1 - 1 = 0 (e.g. -0.5): under the design a task too easy to teach anything pays what "
                     "an unsolved one pays, so the teachers cannot tell the two apart (docs/results/smollm2-ladder/, "
                     "rung V); at least rewards.invalid_task; null: off, the design's reward")
+    unsolved_task: float = Field(
+        UNSOLVED_TASK_REWARD, le=0,
+        description="teacher reward for a valid task no rollout of its matched student solves (the design's zero "
+                    "floor, 0). With solved_task alone too hard pays more than too easy and the teachers drift to "
+                    "tasks nobody solves (docs/results/smollm2-rung-x/); the same value for both makes the two ends "
+                    "pay alike; at least rewards.invalid_task")
     solvable_by: Literal["matched", "population"] = Field(
         "matched",
         description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "
@@ -356,7 +362,7 @@ class RewardsConfig(_Section):
 
     @model_validator(mode="after")
     def _cap_above_invalid(self) -> "RewardsConfig":
-        for key in ("blind_task_cap", "solved_task"):
+        for key in ("blind_task_cap", "solved_task", "unsolved_task"):
             value = getattr(self, key)
             if value is not None and value < self.invalid_task:
                 raise ValueError(f"rewards.{key}={value} is below rewards.invalid_task={self.invalid_task}: a valid "

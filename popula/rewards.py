@@ -38,6 +38,11 @@ teach anything and one too hard to solve both pay 0, so the teachers' reward can
 apart; as students came to solve every rollout of half their `code_i` and `code_o` tasks,
 their answers narrowed (docs/results/smollm2-ladder/, "Rung V").
 
+With `rewards.unsolved_task: r` (off by default) a valid task no rollout solves pays r in place
+of the zero floor. With `solved_task` alone, too hard pays 0 and too easy pays less, so the
+teachers moved to the hard end: on one seed half their tasks were solved by no rollout late in
+the run (docs/results/smollm2-rung-x/). Setting both to one value makes the two ends pay alike.
+
 Student reward for one rollout (docs/design.md § What the sources say: the verifier's
 reward for a correct, well-formed solution):
 
@@ -71,7 +76,8 @@ def solve_rate(correct: Sequence[bool]) -> float:
 
 
 def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_TASK_REWARD,
-                   solvable: bool = False, solved: float | None = None) -> float:
+                   solvable: bool = False, solved: float | None = None,
+                   unsolved: float = UNSOLVED_TASK_REWARD) -> float:
     """The teacher's reward for one task: `invalid` (-1) invalid, 0 unsolved, 1 - rho otherwise.
 
     `rho` may be None only for an invalid task (students never see those). `invalid` is
@@ -79,13 +85,14 @@ def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_T
     `solvable`: another student solved the task (`rewards.solvable_by: population`), so a
     rho of 0 is a hard task, not an impossible one, and pays 1 instead of the zero floor.
     `solved`: what a task every rollout solves pays (`rewards.solved_task`); None: 1 - 1 = 0.
+    `unsolved`: what a task no rollout solves pays (`rewards.unsolved_task`); the design's 0.
     """
     if not valid:
         return invalid
     if rho is None or math.isnan(rho) or not 0.0 <= rho <= 1.0:
         raise ValueError(f"a valid task needs a solve rate in [0, 1], got {rho!r}")
     if rho == 0.0 and not solvable:
-        return UNSOLVED_TASK_REWARD
+        return unsolved
     if rho == 1.0 and solved is not None:
         return solved
     return 1.0 - rho

@@ -121,6 +121,9 @@ def test_a_cap_on_blind_tasks_below_the_invalid_reward_is_refused_naming_both_se
         load_config(None, ["rewards.solved_task=-0.5", "rewards.invalid_task=-0.25"])
     with pytest.raises(PopulaError, match="solved_task"):
         load_config(None, ["rewards.solved_task=0.5"])  # never more than the design's 0
+    assert Config().rewards.unsolved_task == 0.0  # the design's zero floor
+    with pytest.raises(PopulaError, match=r"rewards.unsolved_task=-0.5 .* rewards.invalid_task=-0.25"):
+        load_config(None, ["rewards.unsolved_task=-0.5", "rewards.invalid_task=-0.25"])
 
 
 def test_selecting_on_the_held_out_trend_s_own_tasks_is_refused():

@@ -50,6 +50,13 @@ class TestTeacherReward:
         assert teacher_reward(valid=True, rho=0.875, solved=-0.5) == pytest.approx(0.125)
         assert teacher_reward(valid=False, rho=None, solved=-0.5) == -1.0
 
+    def test_a_run_may_make_both_ends_pay_alike(self):
+        both = dict(solved=-0.5, unsolved=-0.5)
+        assert teacher_reward(valid=True, rho=0.0, **both) == teacher_reward(valid=True, rho=1.0, **both) == -0.5
+        assert teacher_reward(valid=True, rho=0.5, **both) == pytest.approx(0.5)  # between the ends: 1 - rho
+        assert teacher_reward(valid=True, rho=0.0, solvable=True, **both) == 1.0  # another student solved it
+        assert teacher_reward(valid=False, rho=None, **both) == -1.0
+
     def test_an_invalid_task_costs_its_penalty_however_solvable(self):
         assert teacher_reward(valid=False, rho=None, solvable=True) == -1.0
 

@@ -127,9 +127,10 @@ def test_rho_is_the_fraction_of_correct_rollouts_and_the_teacher_earns_one_minus
     assert sorted(a.reward for a in game.attempts) == [0.0] * 9 + [1.0] * 3
 
 
-def test_a_task_nobody_solves_earns_its_teacher_nothing(tmp_path, sandbox, tasks):
-    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=0)
-    assert [p.reward for p in game.proposals] == [0.0, 0.0, 0.0]
+@pytest.mark.parametrize("unsolved", [0.0, -0.5])
+def test_a_task_nobody_solves_earns_its_teacher_the_floor_the_run_says(tmp_path, sandbox, tasks, unsolved):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=0, unsolved_task_reward=unsolved)
+    assert [p.reward for p in game.proposals] == [unsolved] * 3  # the design's floor is 0
 
 
 def test_teachers_propose_at_their_own_temperature_and_students_answer_at_the_shared_one(tmp_path, sandbox, tasks):
@@ -293,14 +294,14 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "generation.teacher_max_tokens=100", "generation.student_max_tokens=50",
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
                              "rewards.novelty_penalty=0.1", "rewards.refuse_trivial=true",
-                             "rewards.blind_task_cap=0", "rewards.solved_task=-0.25",
+                             "rewards.blind_task_cap=0", "rewards.solved_task=-0.25", "rewards.unsolved_task=-0.25",
                              "rewards.solvable_by=population"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
         invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, refuse_trivial=True, blind_task_cap=0.0,
-        solved_task_reward=-0.25, solvable_by="population", context=2048)
+        solved_task_reward=-0.25, unsolved_task_reward=-0.25, solvable_by="population", context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):

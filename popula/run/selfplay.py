@@ -25,8 +25,8 @@ from popula.league import Match, TaskResult
 from popula.kinds import get_kind
 from popula.novelty import niche_counts
 from popula.records import TaskRecord, VerifyResult
-from popula.rewards import (INVALID_TASK_REWARD, capped_teacher_reward, shared_teacher_reward, solve_rate,
-                            student_reward, teacher_reward)
+from popula.rewards import (INVALID_TASK_REWARD, UNSOLVED_TASK_REWARD, capped_teacher_reward, shared_teacher_reward,
+                            solve_rate, student_reward, teacher_reward)
 from popula.run.buffer import TaskBuffer, task_depth
 from popula.sandbox import SandboxPool
 from popula.seeds import STUDENT, TEACHER, derive_seed
@@ -122,6 +122,7 @@ class PlaySettings:
     refuse_trivial: bool = False  # rewards.refuse_trivial: a task answered without reading it is invalid
     blind_task_cap: float | None = None  # rewards.blind_task_cap: the most a task that ignores its input pays
     solved_task_reward: float | None = None  # rewards.solved_task: what a task every rollout solves pays
+    unsolved_task_reward: float = UNSOLVED_TASK_REWARD  # rewards.unsolved_task: what a task no rollout solves pays
     solvable_by: str = "matched"  # rewards.solvable_by: who may show a task solvable
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
@@ -138,6 +139,7 @@ class PlaySettings:
                    invalid_task_reward=rewards.invalid_task, novelty_window=rewards.novelty_window,
                    novelty_penalty=rewards.novelty_penalty, refuse_trivial=rewards.refuse_trivial,
                    blind_task_cap=rewards.blind_task_cap, solved_task_reward=rewards.solved_task,
+                   unsolved_task_reward=rewards.unsolved_task,
                    solvable_by=rewards.solvable_by, context=context)
 
 
@@ -231,7 +233,7 @@ class SelfPlay:
         # such a task is invalid after all: its teacher gets the invalid reward, and no
         # student learns from answers it judged
         game.attempts = [a for a in game.attempts if proposals[a.proposal].valid]
-        _score(game, s.invalid_task_reward, s.solved_task_reward)
+        _score(game, s.invalid_task_reward, s.solved_task_reward, s.unsolved_task_reward)
         if s.blind_task_cap is not None:
             _cap_blind(game, s.blind_task_cap)
         if s.novelty_window > 0:
@@ -291,7 +293,8 @@ def group_rewards(attempts: list[Attempt]) -> dict[tuple[int, str], list[float]]
     return groups
 
 
-def _score(game: StepGame, invalid_task_reward: float, solved_task_reward: float | None) -> None:
+def _score(game: StepGame, invalid_task_reward: float, solved_task_reward: float | None,
+           unsolved_task_reward: float) -> None:
     """Solve rates per (task, student), then teacher and student rewards (docs/design.md § What the sources say).
 
     A checking student's solve rate (`Attempt.check`) only decides whether a task is
@@ -304,7 +307,8 @@ def _score(game: StepGame, invalid_task_reward: float, solved_task_reward: float
         (game.proposals[i].checks if check else game.proposals[i].rhos)[student] = solve_rate(correct)
     for p in game.proposals:
         if p.valid:
-            p.reward = float(np.mean([teacher_reward(True, rho, solvable=p.solvable, solved=solved_task_reward)
+            p.reward = float(np.mean([teacher_reward(True, rho, solvable=p.solvable, solved=solved_task_reward,
+                                                     unsolved=unsolved_task_reward)
                                       for rho in p.rhos.values()])) \
                 if p.rhos else 0.0
         else:
