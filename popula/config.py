@@ -342,9 +342,9 @@ class RewardsConfig(_Section):
     unsolved_task: float = Field(
         UNSOLVED_TASK_REWARD, le=0,
         description="teacher reward for a valid task no rollout of its matched student solves (the design's zero "
-                    "floor, 0). With solved_task alone too hard pays more than too easy and the teachers drift to "
-                    "tasks nobody solves (docs/results/smollm2-rung-x/); the same value for both makes the two ends "
-                    "pay alike; at least rewards.invalid_task")
+                    "floor, 0); the same value as solved_task makes the two ends pay alike. Measured once at -0.5 "
+                    "(docs/results/smollm2-ladder/, rung Y): the teachers kept posing tasks nobody solves and pass@1 "
+                    "did not rise; at least rewards.invalid_task")
     solvable_by: Literal["matched", "population"] = Field(
         "matched",
         description="who may show a valid task solvable (the zero floor): 'matched', the design's: a task none of "

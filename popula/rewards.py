@@ -38,10 +38,10 @@ teach anything and one too hard to solve both pay 0, so the teachers' reward can
 apart; as students came to solve every rollout of half their `code_i` and `code_o` tasks,
 their answers narrowed (docs/results/smollm2-ladder/, "Rung V").
 
-With `rewards.unsolved_task: r` (off by default) a valid task no rollout solves pays r in place
-of the zero floor. With `solved_task` alone, too hard pays 0 and too easy pays less, so the
-teachers moved to the hard end: on one seed half their tasks were solved by no rollout late in
-the run (docs/results/smollm2-rung-x/). Setting both to one value makes the two ends pay alike.
+With `rewards.unsolved_task: r` (the design's 0 by default) a valid task no rollout solves pays
+r in place of the zero floor; set to `solved_task`'s value, the two ends pay alike. Why one
+would: with `solved_task` alone too hard pays more than too easy. Measured at -0.5 on one seed,
+it did not move the teachers off tasks nobody solves (docs/results/smollm2-ladder/, "Rung Y").
 
 Student reward for one rollout (docs/design.md § What the sources say: the verifier's
 reward for a correct, well-formed solution):
