@@ -78,7 +78,7 @@ def solve_rate(correct: Sequence[bool]) -> float:
 def teacher_reward(valid: bool, rho: float | None, *, invalid: float = INVALID_TASK_REWARD,
                    solvable: bool = False, solved: float | None = None,
                    unsolved: float = UNSOLVED_TASK_REWARD) -> float:
-    """The teacher's reward for one task: `invalid` (-1) invalid, 0 unsolved, 1 - rho otherwise.
+    """The teacher's reward for one task: `invalid` (-1) invalid, `unsolved` (0) unsolved, else 1 - rho.
 
     `rho` may be None only for an invalid task (students never see those). `invalid` is
     `rewards.invalid_task` in the config: the design's -1 unless a run studies another.
