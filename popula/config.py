@@ -89,6 +89,11 @@ class TasksConfig(_Section):
         "challenge", description="ratchet weighting: what its tilt multiplies, the students' difficulty alone "
                                  "(frontier's weight) or challenge's weight, so that at tilt 0 it draws as "
                                  "challenge does and the climb starts from there")
+    unsolved_reference_weight: float | None = Field(
+        None, ge=0, description="challenge, frontier and ratchet weightings: the difficulty a task no student "
+                                "solved counts as (a solved one: 1.1 - its solve rate; None: the buffer's 0.25); "
+                                "0 never shows it, so teachers imitate only tasks some rollout solved, and the "
+                                "seeds (popula.run.buffer)")
     seed_references: int = Field(0, ge=0, description="of the K references, this many drawn from the generated "
                                                       "seed tasks and shown last (popula.run.buffer); 0: none")
     seed_tasks: int = Field(48, ge=1, description="generated tasks that seed the buffer")
@@ -101,6 +106,13 @@ class TasksConfig(_Section):
         if unknown:
             raise ValueError(f"unknown task types {unknown}; expected some of {', '.join(task_types())}")
         return types
+
+    @model_validator(mode="after")
+    def _unsolved_weight_needs_a_weighting(self) -> "TasksConfig":
+        if self.reference_weighting == "uniform" and self.unsolved_reference_weight is not None:
+            raise ValueError(f"unsolved_reference_weight={self.unsolved_reference_weight} does nothing with "
+                             "uniform references: set reference_weighting to challenge, frontier or ratchet")
+        return self
 
 
 class GenerationConfig(_Section):

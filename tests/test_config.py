@@ -126,6 +126,15 @@ def test_a_cap_on_blind_tasks_below_the_invalid_reward_is_refused_naming_both_se
         load_config(None, ["rewards.unsolved_task=-0.5", "rewards.invalid_task=-0.25"])
 
 
+def test_an_unsolved_tasks_reference_weight_is_refused_where_references_are_drawn_uniformly():
+    assert Config().tasks.unsolved_reference_weight is None  # the buffer's 0.25
+    assert load_config(None, ["tasks.unsolved_reference_weight=0"]).tasks.unsolved_reference_weight == 0
+    with pytest.raises(PopulaError, match="unsolved_reference_weight=0.0 does nothing with uniform references"):
+        load_config(None, ["tasks.reference_weighting=uniform", "tasks.unsolved_reference_weight=0"])
+    with pytest.raises(PopulaError, match="unsolved_reference_weight"):
+        load_config(None, ["tasks.unsolved_reference_weight=-1"])
+
+
 def test_selecting_on_the_held_out_trend_s_own_tasks_is_refused():
     with pytest.raises(PopulaError, match="evolution.probe.seed=5 is heldout.seed"):
         load_config(None, ["evolution.fitness=probe", "evolution.probe.seed=5", "heldout.every=10", "heldout.seed=5"])

@@ -37,6 +37,21 @@ def test_challenge_weighting_shows_deep_tasks_the_students_found_hard_more_often
         TaskBuffer(tmp_path / "x.jsonl", capacity=10, weighting="hardest")
 
 
+@pytest.mark.parametrize("weighting", ["challenge", "frontier", "ratchet"])
+def test_an_unsolved_weight_of_zero_shows_teachers_only_tasks_a_student_solved_and_the_seeds(tmp_path, weighting):
+    buf = TaskBuffer(tmp_path / "tasks.jsonl", capacity=50, weighting=weighting, unsolved_weight=0.0)
+    buf.add([task(100)], step=0, teacher="seed", rhos=[None])
+    buf.add([task(i) for i in range(10)], step=1, teacher="T0", rhos=[0.0] * 8 + [0.25, 1.0])
+    rng = np.random.default_rng(0)
+    drawn = {r.id for _ in range(50) for r in buf.sample("code_o", 6, rng)}
+    assert drawn == {"t100", "t8", "t9"}  # the draw holds fewer than six rather than show an unsolved one
+    default = TaskBuffer(tmp_path / "d.jsonl", capacity=50, weighting=weighting)
+    default.add([task(i) for i in range(10)], step=1, teacher="T0", rhos=[0.0] * 8 + [0.25, 1.0])
+    assert len(default.sample("code_o", 6, rng)) == 6  # at the default 0.25 they are drawn, less often
+    with pytest.raises(PopulaError, match="unsolved task's reference weight must be >= 0"):
+        TaskBuffer(tmp_path / "x.jsonl", capacity=10, weighting=weighting, unsolved_weight=-0.1)
+
+
 def test_frontier_weighting_pulls_references_above_the_pools_mean_depth(tmp_path):
     """Ten shallow tasks and one two levels deeper, equally hard: challenge weighting shows the
     deep one about an eighth of the time, frontier weighting (tilt 1) about 43% of the time."""

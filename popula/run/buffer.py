@@ -7,7 +7,9 @@ frontier instead: `challenge` by (1 + AST depth) x how hard a task was for the s
 met it, `frontier` by hardness x exp(tilt x (depth - the pool's mean depth)) (the difference
 clipped to +-FRONTIER_CLIP, so one very deep program cannot take every draw), and `ratchet`
 as `frontier` with a tilt the run moves step by step (popula.run.ratchet), multiplying
-hardness alone or challenge's weight (`tilt_from`). Seed tasks never leave the buffer and
+hardness alone or challenge's weight (`tilt_from`). A task no student solved weighs
+`unsolved_weight` in place of a difficulty (None: 0.25; 0 shows teachers only tasks some
+rollout solved, and the seeds). Seed tasks never leave the buffer and
 `anchors` of them close every prompt, which keeps multi-line programs in view. Why these,
 with the measurements: docs/design.md § The curriculum: which references teachers see.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
+from functools import partial
 from itertools import islice
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,7 +36,7 @@ from popula.errors import PopulaError
 from popula.kinds import task_types
 from popula.records import TaskRecord, json_line, parse_record
 
-UNSOLVED_WEIGHT = 0.25  # challenge weight of a task no student solved (hard, or impossible)
+UNSOLVED_WEIGHT = 0.25  # default difficulty of a task no student solved (hard, or impossible)
 UNSEEN_WEIGHT = 0.5  # ... of a task no student met yet (the generated seed tasks)
 
 
@@ -50,15 +53,15 @@ def task_depth(record: TaskRecord) -> int:
     return depth
 
 
-def _hardness(record: TaskRecord) -> float:
-    """How hard a task was for the students: 1 - rho + 0.1, 0.25 if unsolved, 0.5 if unseen."""
+def _hardness(record: TaskRecord, unsolved: float = UNSOLVED_WEIGHT) -> float:
+    """How hard a task was for the students: 1 - rho + 0.1, `unsolved` if unsolved, 0.5 if unseen."""
     rho = record.extra.get("rho")
-    return UNSEEN_WEIGHT if rho is None else UNSOLVED_WEIGHT if rho == 0 else 1.0 - float(rho) + 0.1
+    return UNSEEN_WEIGHT if rho is None else unsolved if rho == 0 else 1.0 - float(rho) + 0.1
 
 
-def challenge_weight(record: TaskRecord) -> float:
+def challenge_weight(record: TaskRecord, unsolved: float = UNSOLVED_WEIGHT) -> float:
     """(1 + AST depth) x difficulty for the students."""
-    return (1.0 + task_depth(record)) * _hardness(record)
+    return (1.0 + task_depth(record)) * _hardness(record, unsolved)
 
 
 TILT_BASES = {"hardness": _hardness, "challenge": challenge_weight}  # what a frontier or ratchet tilt multiplies
@@ -74,7 +77,7 @@ def frontier_weights(records: Sequence[TaskRecord], tilt: float,
 
 class TaskBuffer:
     def __init__(self, path: Path, capacity: int, weighting: str = "uniform", tilt: float = 1.0,
-                 tilt_from: str = "hardness") -> None:
+                 tilt_from: str = "hardness", unsolved_weight: float | None = None) -> None:
         if weighting not in WEIGHTINGS:
             raise PopulaError(f"reference weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
         if tilt_from not in TILT_BASES:
@@ -83,7 +86,11 @@ class TaskBuffer:
         self.capacity = capacity
         self.weighting = weighting
         self.tilt = tilt
-        self._tilt_base = TILT_BASES[tilt_from]
+        unsolved_weight = UNSOLVED_WEIGHT if unsolved_weight is None else unsolved_weight
+        if unsolved_weight < 0:
+            raise PopulaError(f"an unsolved task's reference weight must be >= 0, got {unsolved_weight}")
+        self.unsolved_weight = unsolved_weight
+        self._tilt_base = partial(TILT_BASES[tilt_from], unsolved=unsolved_weight)
         self._pools: dict[str, deque[TaskRecord]] = {t: deque(maxlen=capacity) for t in task_types()}
         self._seeds: dict[str, list[TaskRecord]] = {t: [] for t in task_types()}  # teacher "seed": the generated ones
 
@@ -118,14 +125,19 @@ class TaskBuffer:
             pool = [r for r in pool if id(r) not in exclude]
         if not pool or k == 0:
             return []
-        p = None
+        if self.weighting == "uniform":
+            picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
+            return [pool[i] for i in picks]
         if self.weighting == "challenge":
-            w = np.array([challenge_weight(r) for r in pool])
-            p = w / w.sum()
-        elif self.weighting in ("frontier", "ratchet"):
+            w = np.array([challenge_weight(r, self.unsolved_weight) for r in pool])
+        else:  # frontier, ratchet
             w = frontier_weights(pool, self.tilt, self._tilt_base)
-            p = w / w.sum()
-        picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=p)
+        if not w.all():  # unsolved_weight 0: those tasks are never shown (and never fill the draw)
+            pool = [r for r, wi in zip(pool, w) if wi > 0]
+            w = w[w > 0]
+            if not pool:
+                return []
+        picks = rng.choice(len(pool), size=min(k, len(pool)), replace=False, p=w / w.sum())
         return [pool[i] for i in picks]
 
     def newest(self, task_type: str, n: int) -> list[TaskRecord]:

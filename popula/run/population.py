@@ -165,7 +165,7 @@ class PopulationRun:
                         if t.reference_weighting == "ratchet" else None)
         self.buffer = TaskBuffer(run_dir / "tasks.jsonl", t.buffer_size, t.reference_weighting,
                                  0.0 if self.ratchet else t.frontier_tilt,  # a ratchet's tilt starts at 0
-                                 t.ratchet_from if self.ratchet else "hardness")
+                                 t.ratchet_from if self.ratchet else "hardness", t.unsolved_reference_weight)
         self.rng = np.random.default_rng(cfg.seed)
         self.evolution = cfg.evolution.build(cfg.seed) if cfg.evolution.enabled and not cfg.population.single_agent else None
         self.workers = build_workers(cfg, self.base_path, self.reservation)
