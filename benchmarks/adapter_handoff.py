@@ -36,6 +36,7 @@ from multilora_generation import ALPHA, N_ADAPTERS, RANK, build_base  # noqa: E4
 from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.lora import fresh_peft_state_dict  # noqa: E402
 
 
@@ -119,4 +120,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_step import QWEN_CODER_1_5B  # noqa: E402  (this folder)
 
 from popula.adapters.store import AdapterStore  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.lora import DEFAULT_TARGET_MODULES, fresh_peft_state_dict  # noqa: E402
 
 SHAPES = {  # config.json numbers that shape the LoRA tensors (no weights are built)
@@ -122,4 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

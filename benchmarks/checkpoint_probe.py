@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.errors import PopulaError  # noqa: E402
 from popula.eval.paired import mean_report, paired_difference, per_task_pass1  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -143,4 +144,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

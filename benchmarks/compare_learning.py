@@ -36,6 +36,7 @@ from popula.errors import PopulaError  # noqa: E402
 from popula.eval.paired import (PairedDifference, mean_report, paired_difference, per_task_pass1,  # noqa: E402
                                 per_task_pass_at_k)
 from popula.eval.report import read_report  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.run.rundir import live_students  # noqa: E402
 
 METRICS = {"pass@1": per_task_pass1, "pass@k": per_task_pass_at_k}
@@ -128,4 +129,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.complexity import ast_depth, is_multiline  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.novelty import distinct_form_rate, program_form  # noqa: E402
 
 
@@ -96,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

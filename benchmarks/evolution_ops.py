@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evolution import OPERATORS  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 
 HIDDEN, INTERMEDIATE, KV, LAYERS, RANK = 1536, 8960, 256, 28, 16
 LIMIT_MS = 500.0
@@ -106,4 +107,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.exits import run_script  # noqa: E402
 from popula.model import registry  # noqa: E402
 from popula.model.gguf_once import gguf_parsed_once  # noqa: E402
 
@@ -77,4 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -38,7 +38,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ import population_overhead  # noqa: E402
 from population_overhead import STUDENTS, TEACHERS, TYPES, play_step  # noqa: E402
 
 from popula.config import LoraConfig  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.runtime import Runtime, resolve_runtime  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
@@ -258,4 +258,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -63,6 +63,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.eval.paired import PairedDifference, mean_report, paired_difference, per_task_pass_at_k  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 from popula.run.rundir import best_student, live_students  # noqa: E402
@@ -613,4 +614,4 @@ def _readme(args: argparse.Namespace, table: str, argv: list[str]) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from popula.exits import run_script  # noqa: E402
 from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads
@@ -129,4 +130,4 @@ def _heldout(base_model: str, tasks: Path, adapter: str | None, reports: dict[st
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from popula.errors import PopulaError  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.league import League  # noqa: E402
 from popula.league.pfsp import pfsp_probabilities, plan_distribution  # noqa: E402
 from popula.league.rating import Rating  # noqa: E402
@@ -130,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.runtime import resolve_runtime  # noqa: E402
 
 RANK, ALPHA, N_ADAPTERS = 8, 16.0, 8
@@ -164,4 +165,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

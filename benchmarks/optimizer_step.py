@@ -36,6 +36,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.exits import run_script  # noqa: E402
 from popula.learner.optimizer import PopulationOptimizer  # noqa: E402
 
 # (layers, hidden, mlp, kv width): the in/out sizes of q,k,v,o,gate,up,down
@@ -147,4 +148,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

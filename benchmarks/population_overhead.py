@@ -64,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.adapters.store import AdapterStore
 from popula.config import Config, LearnerConfig, LoraConfig
 from popula.engines.base import GenerationRequest
+from popula.exits import run_script
 from popula.learner import PopulationLearner, Rollout
 from popula.rewards import solve_rate, student_reward, teacher_reward
 from popula.run.parts.builders import build_engine, build_learner
@@ -346,4 +347,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

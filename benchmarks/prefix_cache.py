@@ -39,6 +39,7 @@ from population_overhead import STUDENTS, TEACHERS, TYPES, build_base, step_prom
 from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.engines import create_engine  # noqa: E402
 from popula.engines.base import GenerationRequest  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
 
 
@@ -111,4 +112,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

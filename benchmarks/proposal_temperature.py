@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from popula.exits import run_script  # noqa: E402
 from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads
@@ -134,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

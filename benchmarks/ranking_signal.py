@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.eval.paired import per_task_pass1  # noqa: E402
 from popula.eval.correlation import rank_correlation  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.records import write_jsonl  # noqa: E402
 from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks  # noqa: E402
 
@@ -135,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -43,6 +43,7 @@ import population_overhead as po  # noqa: E402
 
 from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.config import LearnerConfig, LoraConfig, load_config  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.run.parts.ray.workers import build_ray  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
@@ -150,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -34,6 +34,8 @@ SANDBOX = ROOT / "popula" / "sandbox"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from popula.exits import run_script  # noqa: E402
+
 
 def write_batches(path: Path, n_tasks: int, n_jobs: int, batch: int) -> None:
     """The validation jobs (both runs' masks) of the benchmark's mixed task set, cycled up to
@@ -158,4 +160,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from popula.complexity import ignores_input  # noqa: E402
 from popula.errors import PopulaError  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.run.buffer import SEED_TEACHER  # noqa: E402
 from popula.run.metrics import read_metrics  # noqa: E402
 
@@ -200,4 +201,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from popula.exits import run_script  # noqa: E402
 from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads: idle OpenMP threads must not spin on a busy machine
@@ -177,4 +178,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

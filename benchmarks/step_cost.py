@@ -53,6 +53,7 @@ from popula.adapters.store import AdapterStore  # noqa: E402
 from popula.config import LearnerConfig, LoraConfig  # noqa: E402
 from popula.engines.base import GenerationRequest, GenerationResult  # noqa: E402
 from popula.engines.torch_engine import TorchEngine  # noqa: E402
+from popula.exits import run_script  # noqa: E402
 from popula.learner import PopulationLearner, Rollout  # noqa: E402
 
 RANK, ALPHA = 8, 16.0
@@ -314,4 +315,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

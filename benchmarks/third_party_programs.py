@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.exits import run_script  # noqa: E402
 from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Sandbox  # noqa: E402
 
@@ -82,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from popula.exits import run_script  # noqa: E402
 from popula.openmp import configure_waits  # noqa: E402
 
 configure_waits()  # before torch loads
@@ -183,4 +184,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from popula.exits import run_script  # noqa: E402
 from popula.records import TaskRecord  # noqa: E402
 from popula.sandbox import Limits, Sandbox, policy  # noqa: E402
 from popula.tasks.generator import generate_tasks  # noqa: E402
@@ -206,4 +207,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -30,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from popula.exits import run_script  # noqa: E402
+
 # The environment of each way: vLLM's own default is restored by asking for its multiprocessing.
 WAYS = {"popula": {}, "vllm_default": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}}
 
@@ -97,4 +99,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

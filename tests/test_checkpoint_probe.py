@@ -58,3 +58,14 @@ def test_two_runs_at_one_step_compare_by_label_in_the_order_given(tmp_path):
     assert done.returncode == 0, done.stderr
     fig = json.loads(done.stdout.splitlines()[-1])
     assert list(fig["steps"]) == ["U", "T"] and fig["steps"]["U"]["from_ref"] == -0.5
+
+
+def test_a_reader_that_goes_away_ends_it_quietly(tmp_path):
+    base = report(tmp_path / "base.json", None, [0, 1])
+    a = report(tmp_path / "a.json", "S0", [1, 1])
+    proc = subprocess.Popen([sys.executable, "benchmarks/checkpoint_probe.py", "--base", str(base), f"5={a}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # `| head` that has had enough before the table
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

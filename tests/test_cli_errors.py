@@ -3,6 +3,7 @@ non-zero exit code, never a traceback, and loses nothing that was there before."
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -182,6 +183,15 @@ def test_output_into_a_closed_pipe_ends_quietly(argv):
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_every_benchmark_exits_as_a_popula_command_does():
+    """`python3 benchmarks/X.py | head` ends as `popula leaderboard RUN | head` does (141, no traceback):
+    each benchmark's entry point runs its `main` through `run_script`."""
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        entry = [node for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"]
+        assert [ast.unparse(s) for e in entry for s in e.body] == ["run_script(main)"], path.name
 
 
 # -- a full disk ------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Each subcommand module defines `register(subparsers)`, which adds its parser and sets
 `func` to a `run(args) -> int`. Modules import heavy libraries (torch, vllm) inside
 `run`, so `popula --help` stays instant. `main` is the one place where what went wrong
-becomes an exit code and one line on stderr (`popula/cli/exits.py`).
+becomes an exit code and one line on stderr (`popula/exits.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from popula import __version__
-from popula.cli.exits import exit_code_of
+from popula.exits import exit_code_of
 from popula.cli.help import ArgumentParser, HelpFormatter
 from popula.openmp import configure_waits
 

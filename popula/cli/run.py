@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from popula.cli.exits import INTERRUPTED
+from popula.exits import INTERRUPTED
 from popula.cli.help import add_command
 from popula.config import load_config
 from popula.errors import PopulaError

@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 from popula.errors import PopulaError
 
@@ -50,6 +52,16 @@ def exit_code_of(err: BaseException, prefix: str) -> int:
         print(f"{prefix}: error: {one_line(describe_os_error(err))}", file=sys.stderr)
         return 1
     raise err
+
+
+def run_script(main: Callable[[], int | None]) -> NoReturn:
+    """Run a script's `main` and exit as a `popula` command does: a benchmark piped into
+    `| head` ends quietly with 141, a bad input in one line, a bug with its traceback."""
+    try:
+        code = main()
+    except BaseException as err:  # noqa: BLE001 - exit_code_of re-raises what is not the user's to fix
+        code = exit_code_of(err, os.path.basename(sys.argv[0]))
+    sys.exit(code or 0)
 
 
 def _stdout_to_devnull() -> None:
