@@ -19,8 +19,9 @@ step's figure is the mean over its students, task by task. STEP may be any label
 `U-s2=...`): two runs' students at one step compare the same way, paired task by task. Printed per step: each student's
 pass@1, the mean, the mean on the first N tasks (the in-run probe's own tasks when the set
 shares its seed), the mean minus the base's and minus the mean at step `--from`, each with the
-standard error of the paired per-task difference. Every report must hold the same tasks. The
-last line is one JSON object of the figures.
+standard error of the paired per-task difference; then the mean per task type (code_o, code_i,
+code_f), where a step's gain or loss lies. Every report must hold the same tasks. The last line
+is one JSON object of the figures.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def figures(steps: dict[str, list[dict[str, Any]]], base: dict[str, Any], ref: s
     """Per step (its students' reports): each student's pass@1, the mean (all tasks, the base's
     first `first` in file order), and the paired differences from the base and from step `ref`."""
     ids = [t["id"] for t in base["per_task"]]
+    types = {t["id"]: t.get("type", "all") for t in base["per_task"]}
     for step, reports in steps.items():
         for report in reports:
             if set(per_task_pass1(report)) != set(ids):
@@ -61,7 +63,8 @@ def figures(steps: dict[str, list[dict[str, Any]]], base: dict[str, Any], ref: s
     mean = {step: mean_report(reports, model=step) for step, reports in steps.items()}
     first = min(first, len(ids))
     out: dict[str, Any] = {"tasks": len(ids), "first": first,
-                           "base_pass1": sum(per_task_pass1(base).values()) / len(ids), "from": ref, "steps": {}}
+                           "base_pass1": sum(per_task_pass1(base).values()) / len(ids),
+                           "base_by_type": by_type(per_task_pass1(base), types), "from": ref, "steps": {}}
     for step, reports in steps.items():  # in the order given
         rates = per_task_pass1(mean[step])
         over = paired_difference([mean[step]], [base])
@@ -69,12 +72,20 @@ def figures(steps: dict[str, list[dict[str, Any]]], base: dict[str, Any], ref: s
                            for r in sorted(reports, key=lambda r: str(r.get("adapter")))},
                "mean_pass1": sum(rates.values()) / len(ids),
                "mean_pass1_first": sum(rates[i] for i in ids[:first]) / first,
-               "over_base": over.mean, "over_base_se": over.task_se}
+               "over_base": over.mean, "over_base_se": over.task_se, "by_type": by_type(rates, types)}
         if ref is not None and step != ref:
             change = paired_difference([mean[step]], [mean[ref]])
             row["from_ref"], row["from_ref_se"] = change.mean, change.task_se
         out["steps"][step] = row
     return out
+
+
+def by_type(rates: dict[str, float], types: dict[str, str]) -> dict[str, float]:
+    """Mean pass@1 per task type, the types in name order."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for task, kind in types.items():
+        groups[kind].append(rates[task])
+    return {kind: sum(v) / len(v) for kind, v in sorted(groups.items())}
 
 
 def table(fig: dict[str, Any]) -> str:
@@ -87,6 +98,10 @@ def table(fig: dict[str, Any]) -> str:
         change = f"{row['from_ref']:+.3f} ({row['from_ref_se']:.3f})" if "from_ref" in row else "-"
         lines.append(f"| {step} | {members} | {row['mean_pass1']:.3f} | {row['mean_pass1_first']:.3f} | "
                      f"{row['over_base']:+.3f} ({row['over_base_se']:.3f}) | {change} |")
+    kinds = list(fig["base_by_type"])
+    lines += ["", "| step | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds),
+              "| base | " + " | ".join(f"{fig['base_by_type'][k]:.3f}" for k in kinds) + " |"]
+    lines += [f"| {step} | " + " | ".join(f"{row['by_type'][k]:.3f}" for k in kinds) + " |" for step, row in fig["steps"].items()]
     return "\n".join(lines)
 
 

@@ -10,9 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def report(path: Path, adapter: str | None, correct: list[int], samples: int = 2) -> Path:
-    """A `popula eval --per-task --json` report: task i answered right `correct[i]` times of `samples`."""
-    per_task = [{"id": f"t{i}", "type": "code_o", "samples": samples, "answered": samples, "correct": c}
+def report(path: Path, adapter: str | None, correct: list[int], samples: int = 2,
+           types: list[str] | None = None) -> Path:
+    """A `popula eval --per-task --json` report: task i, of type `types[i]` (code_o by default),
+    answered right `correct[i]` times of `samples`."""
+    types = types or ["code_o"] * len(correct)
+    per_task = [{"id": f"t{i}", "type": types[i], "samples": samples, "answered": samples, "correct": c}
                 for i, c in enumerate(correct)]
     path.write_text(json.dumps({"adapter": adapter, "per_task": per_task}))
     return path
@@ -40,6 +43,18 @@ def test_each_step_is_its_students_mean_paired_with_the_base_and_the_reference_s
     # step 99 against step 90, task by task: -1, -0.5, 0, 0
     assert s99["from_ref"] == -0.375 and abs(s99["from_ref_se"] - 0.2394) < 1e-3
     assert "| 99 | S0 0.375 | 0.375 | 0.000 | +0.000 (0.000) | -0.375 (0.239) |" in done.stdout  # the same as the base
+
+
+def test_each_step_is_also_split_by_task_type(tmp_path):
+    types = ["code_f", "code_o", "code_f", "code_i"]
+    base = report(tmp_path / "base.json", None, [0, 1, 2, 2], types=types)
+    a = report(tmp_path / "a.json", "S0", [2, 1, 1, 0], types=types)
+    done = probe("--base", base, f"5={a}")
+    assert done.returncode == 0, done.stderr
+    fig = json.loads(done.stdout.splitlines()[-1])
+    assert fig["base_by_type"] == {"code_f": 0.5, "code_i": 1.0, "code_o": 0.5}
+    assert fig["steps"]["5"]["by_type"] == {"code_f": 0.75, "code_i": 0.0, "code_o": 0.5}
+    assert "| 5 | 0.750 | 0.000 | 0.500 |" in done.stdout
 
 
 def test_a_report_on_other_tasks_is_refused_in_one_line(tmp_path):
