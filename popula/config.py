@@ -196,6 +196,15 @@ class LearnerConfig(_Section):
                                 "smollm2-rung-j). Set to student_entropy_coef, the steering only ever adds to the "
                                 "fixed bonus"
     )
+    student_demonstrations: bool = Field(
+        False, description="a (task, student) group in which no rollout solved its task also trains on the task's "
+                           "known answer (its output, input or program, as the sandbox computed it), as one more "
+                           "rollout with reward 1 taken at the learner's own log-probs: a group of wrong answers "
+                           "alone carries no gradient, and on SmolLM2 most `code_f` groups are such "
+                           "(docs/results/smollm2-ladder). The teachers' rewards, the league and the step's solve "
+                           "rate are the students' own answers' alone. False: students learn only from what they "
+                           "sampled"
+    )
     advantage: Literal["grpo", "dr_grpo", "passk"] = Field(
         "grpo", description="student advantages: group mean-centred and std-normalised (grpo), only centred "
                             "(dr_grpo), or for the best of pass_k answers (passk; on the tiny base it learns less and "

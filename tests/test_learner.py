@@ -506,3 +506,51 @@ def test_the_entropy_bonus_trains_students_whose_answers_carried_no_signal_and_w
     before = sum(map(sum, learner.entropies(students)))
     learner.step(rollouts)
     assert sum(map(sum, learner.entropies(students))) > before
+
+
+def demonstrated(rollouts: list[Rollout], index: int) -> list[Rollout]:
+    """`rollouts` with the one at `index` made a demonstration: not sampled, its log-probs made up."""
+    out = [dataclasses.replace(r) for r in rollouts]
+    out[index] = dataclasses.replace(out[index], demonstration=True, sampler_logprobs=[-50.0] * len(
+        out[index].completion_ids))
+    return out
+
+
+def test_a_demonstration_is_trained_at_the_learners_own_logprobs_whatever_it_was_given():
+    """A demonstration was not sampled: its ratio is to the learner's own log-probs (1 at the first
+    pass), so its gradient is the one it would have had if the sampler had matched the learner."""
+    rollouts = [dataclasses.replace(r, advantage=a) for r, a in
+                zip(random_rollouts(["S"], 4, seed=5), [1.0, -0.5, 0.25, -1.0])]
+    learner = learner_with(plain_learner())
+    own = learner.logprobs(rollouts)
+    matched = [dataclasses.replace(r, sampler_logprobs=lp) for r, lp in zip(rollouts, own)]
+    shown = demonstrated(matched, 0)
+    for cfg in (plain_learner(), plain_learner(is_cap=2.0)):
+        expected = learner_with(cfg).gradients(matched)["S"]
+        for key, g in learner_with(cfg).gradients(shown)["S"].items():
+            torch.testing.assert_close(g, expected[key])
+    report = learner_with(plain_learner()).step(shown)["adapters"]["S"]
+    assert report["logprob_gap"] < 1e-5 and report["clip_fraction"] == 0.0
+
+
+def test_a_demonstration_is_left_out_of_the_answers_entropy_and_its_steering():
+    rollouts = teacher_and_student_rollouts([1.0, -1.0])
+    student = next(i for i, r in enumerate(rollouts) if r.adapter == "S")
+    shown = demonstrated(rollouts, student)
+    sampled = [x for i, r in enumerate(rollouts) if r.adapter == "S" and i != student for x in r.sampler_logprobs]
+    cfg = plain_learner(student_entropy_coef=0.1, student_target_entropy=1.0, student_entropy_rate=0.1,
+                        student_entropy_coef_max=0.2)
+    learner = learner_with(cfg)
+    entropy = learner.step(shown)["adapters"]["S"]["entropy"]
+    assert entropy == pytest.approx(-sum(sampled) / len(sampled), rel=1e-6)
+    assert learner.entropy.coef("S") == pytest.approx(0.1 * math.exp(0.1 * (1.0 - entropy)))
+
+
+def test_a_demonstration_with_a_positive_advantage_makes_its_answer_likelier():
+    rollouts = [dataclasses.replace(r, advantage=a) for r, a in zip(random_rollouts(["S"], 4, seed=6),
+                                                                    [1.5, -0.5, -0.5, -0.5])]
+    shown = demonstrated(rollouts, 0)
+    learner = learner_with(plain_learner(lr=1e-2))
+    before = sum(learner.logprobs(shown[:1])[0])
+    learner.step(shown)
+    assert sum(learner.logprobs(shown[:1])[0]) > before

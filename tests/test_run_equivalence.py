@@ -84,8 +84,8 @@ def proposer(tmp_path_factory) -> Path:
     return make_proposer_base(tmp_path_factory.mktemp("proposer"))
 
 
-def seeded_run(proposer: Path, out: Path) -> list[dict]:
-    sets = [f"--set={s}" for s in [f"base_model={proposer}", *SETTINGS]]
+def seeded_run(proposer: Path, out: Path, *extra: str) -> list[dict]:
+    sets = [f"--set={s}" for s in [f"base_model={proposer}", *SETTINGS, *extra]]
     assert main(["run", "configs/tiny-cpu.yaml", "--out", str(out), "--steps", "3", "--seed", "0", *sets]) == 0
     return [comparable(r) for r in read_metrics(out / "metrics.jsonl")]
 
@@ -104,3 +104,18 @@ def test_a_seeded_three_step_run_gives_the_recorded_metrics(proposer, tmp_path, 
         assert_same(seeded_run(proposer, tmp_path / "again"), rows, "second run")
         return
     assert_same(rows, recorded["rows"], "metrics")
+
+
+def test_demonstrations_change_what_the_students_learn_not_how_a_step_is_played(proposer, tmp_path, one_torch_thread):
+    """`learner.student_demonstrations`: the first step plays as without them (they are built after
+    the judging and touch no reward, solve rate or rating); they are counted, and trained at the
+    learner's own log-probs they leave the sampler/learner gap at rounding. The students answer at
+    a temperature that leaves their groups unsolved; the teachers propose as the run does."""
+    wild = ("generation.temperature=50", "generation.teacher_temperature=0.8")
+    plain = seeded_run(proposer, tmp_path / "plain", *wild)
+    shown = seeded_run(proposer, tmp_path / "shown", *wild, "learner.student_demonstrations=true")
+    played = ("valid_rate", "solve_rate", "teacher_reward_mean", "student_reward_mean", "signal_groups", "league")
+    assert {k: shown[0][k] for k in played} == {k: plain[0][k] for k in played}
+    assert all(r["demonstrations"] == 0 for r in plain)
+    assert sum(r["demonstrations"] for r in shown) > 0
+    assert all(r["logprob_gap_max"] is None or r["logprob_gap_max"] <= 1e-4 for r in shown)

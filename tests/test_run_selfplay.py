@@ -8,6 +8,7 @@ engines are tested in their own files and end to end in tests/test_run_e2e.py.
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
@@ -295,13 +296,14 @@ def test_play_settings_take_each_config_setting_by_its_name():
                              "rewards.invalid_task=-0.5", "rewards.novelty_window=16",
                              "rewards.novelty_penalty=0.1", "rewards.refuse_trivial=true",
                              "rewards.blind_task_cap=0", "rewards.solved_task=-0.25", "rewards.unsolved_task=-0.25",
-                             "rewards.solvable_by=population"])
+                             "rewards.solvable_by=population", "learner.student_demonstrations=true"])
     assert PlaySettings.from_config(cfg, context=2048) == PlaySettings(
         types=["code_i"], proposals_per_type=3, references=5, seed_references=1, rollouts=6, resample_rollouts=2,
         temperature=0.9,
         teacher_temperature=0.7, top_p=0.95, teacher_max_tokens=100, student_max_tokens=50,
         invalid_task_reward=-0.5, novelty_window=16, novelty_penalty=0.1, refuse_trivial=True, blind_task_cap=0.0,
-        solved_task_reward=-0.25, unsolved_task_reward=-0.25, solvable_by="population", context=2048)
+        solved_task_reward=-0.25, unsolved_task_reward=-0.25, solvable_by="population", demonstrations=True,
+        context=2048)
     unset = PlaySettings.from_config(load_config(None, ["generation.teacher_temperature=null"]))
     assert unset.teacher_temperature == unset.temperature and unset.context is None  # proposal_temperature
     with pytest.raises(TypeError):
@@ -417,3 +419,36 @@ def test_a_task_nobody_in_the_population_solves_still_pays_nothing(tmp_path, san
     assert game.checked == 3 and all(p.checks == {"S1": 0.0} and not p.solvable for p in valid)
     assert [p.reward for p in valid] == [0.0] * 3
     assert [r.solvable for r in match_results(game, matches[0])] == [False] * 3
+
+
+def test_a_group_no_rollout_solved_is_shown_the_known_answer_when_the_run_asks(tmp_path, sandbox, tasks):
+    """One demonstration per unsolved (task, student) group: the task's answer as a perfect student
+    writes it, then the stop token; judged right by the sandbox. The teachers, the league and the
+    solve rate see the students' own answers alone."""
+    (tmp_path / "plain").mkdir(), (tmp_path / "shown").mkdir()
+    plain = play(tmp_path / "plain", sandbox, tasks, [Match("T0", "S0")], right=0)
+    game = play(tmp_path / "shown", sandbox, tasks, [Match("T0", "S0")], right=0, demonstrations=True)
+    assert plain.demonstrations == []
+    assert [(p.rhos, p.reward) for p in game.proposals] == [(p.rhos, p.reward) for p in plain.proposals]
+    assert len(game.attempts) == len(plain.attempts) == 3 * ROLLOUTS
+    assert sorted(d.proposal for d in game.demonstrations) == [0, 1, 2]
+    fmt, tok = CompactFormat(), byte_tokenizer()
+    records = []
+    for d in game.demonstrations:
+        task = game.proposals[d.proposal].task
+        assert d.student == "S0" and d.correct and d.reward == 1.0
+        assert d.sample.token_ids[-1] == 0 and tok.decode(d.sample.token_ids[:-1]) == d.sample.text
+        assert d.prompt_ids == next(a.prompt_ids for a in game.attempts if a.proposal == d.proposal)
+        assert fmt.parse_answer(d.sample.text, task.type) == d.answer
+        records.append(dataclasses.replace(task, answer=d.answer))
+    assert all(v.correct for v in sandbox.verify(records))
+
+
+def test_a_group_some_rollout_solved_is_shown_nothing(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=1, demonstrations=True)
+    assert game.demonstrations == []
+
+
+def test_an_answer_longer_than_a_student_may_write_is_not_shown(tmp_path, sandbox, tasks):
+    game = play(tmp_path, sandbox, tasks, [Match("T0", "S0")], right=0, demonstrations=True, student_max_tokens=1)
+    assert game.demonstrations == []

@@ -92,6 +92,7 @@ class _Rows:
     slot: list[int]
     versions: dict[str, set[int]]  # adapter -> sampler versions seen (rows without tokens included)
     prompt_len: list[int] = field(default_factory=list)
+    sampled: list[bool] = field(default_factory=list)  # False: a demonstration (Rollout.demonstration)
 
 
 @dataclass
@@ -298,6 +299,7 @@ class PopulationLearner:
         stats = _Stats()
         if not rows.ids:
             return stats.report(rows, [], [])
+        self._own_demonstrations(rows)
         signal = self._signal_rows(rows)
         batches = self._pack(rows, signal)
         stats.add_silent(rows, sorted(set(range(len(rows.ids))) - set(signal)))
@@ -342,8 +344,8 @@ class PopulationLearner:
             return
         nll: dict[str, float] = defaultdict(float)
         tokens: dict[str, int] = defaultdict(int)
-        for name, coef, logprobs in zip(rows.adapter, rows.entropy_coef, rows.sampler_logprobs):
-            if coef > 0:  # a student's answer
+        for name, coef, logprobs, sampled in zip(rows.adapter, rows.entropy_coef, rows.sampler_logprobs, rows.sampled):
+            if coef > 0 and sampled:  # a student's own answer
                 nll[name] -= sum(logprobs)
                 tokens[name] += len(logprobs)
         for name in nll:
@@ -358,6 +360,7 @@ class PopulationLearner:
         rows = self._prepare(rollouts, copy.deepcopy(self.ema))
         if not rows.ids:
             return {}
+        self._own_demonstrations(rows)
         batches = self._pack(rows, self._signal_rows(rows))
         base_logp = self._base_logprobs(rows, batches) if self.cfg.uses_kl else None
         active = sorted(set(rows.adapter))
@@ -413,6 +416,7 @@ class PopulationLearner:
             rows.prompt_len.append(len(r.prompt_ids))
             rows.completion_len.append(len(r.completion_ids))
             rows.sampler_logprobs.append(list(r.sampler_logprobs))
+            rows.sampled.append(not r.demonstration)
             rows.advantage.append(adv)
             rows.temperature.append(r.temperature)
             rows.kl_coef.append(self.cfg.kl_coef_for(r.role))
@@ -422,6 +426,16 @@ class PopulationLearner:
         for r in rollouts:
             rows.versions[r.adapter].add(r.adapter_version)
         return rows
+
+    @torch.no_grad()
+    def _own_demonstrations(self, rows: _Rows) -> None:
+        """A demonstration's log-probs become the learner's own under the current weights: it was
+        not sampled, so there is no sampler to correct for, and its first ratio is 1."""
+        demonstrations = [i for i, sampled in enumerate(rows.sampled) if not sampled]
+        for batch in self._pack(rows, demonstrations):
+            logp = self._logprobs(self._batch_tensors(rows, batch)).cpu()
+            for j, i in enumerate(batch.rows):
+                rows.sampler_logprobs[i] = logp[j, logp.shape[1] - rows.completion_len[i]:].tolist()
 
     def _signal_rows(self, rows: _Rows) -> list[int]:
         """The rows whose loss has a gradient: a non-zero advantage, a KL term or an entropy bonus.
@@ -659,7 +673,7 @@ class PopulationLearner:
         if bool(use.any()):
             torch.where(use, tl.loss * weight, 0.0).sum().backward()
         if stats is not None:
-            stats.add(names, tm, logp.detach(), t["old"], tl, weight)
+            stats.add(names, tm, logp.detach(), t["old"], tl, weight, [rows.sampled[i] for i in batch.rows])
 
     def _zero_grad(self, names: Sequence[str]) -> None:
         for name in names:
@@ -710,7 +724,7 @@ class _Stats:
         self.grad_norm: dict[str, float] = {}
 
     def add(self, names: list[str], token_mask: torch.Tensor, logp: torch.Tensor, old: torch.Tensor,
-            tl: Any, weight: torch.Tensor) -> None:
+            tl: Any, weight: torch.Tensor, sampled: list[bool]) -> None:
         zero = torch.zeros((), device=logp.device)
         per_row = {
             "loss": torch.where(token_mask, tl.loss.detach() * weight, zero).sum(-1),
@@ -730,7 +744,8 @@ class _Stats:
             self.gap[name] += lists["gap"][j]
             self.clipped[name] += lists["clipped"][j]
             self.truncated[name] += lists["truncated"][j]
-            self.nll[name] += lists["nll"][j]
+            if sampled[j]:  # a demonstration's tokens are not the policy's samples
+                self.nll[name] += lists["nll"][j]
             if self.has_kl:
                 self.kl[name] += lists["kl"][j]
 
@@ -738,15 +753,19 @@ class _Stats:
         """Rows the learner did not run (no gradient): their loss is 0, and their entropy is
         read from the sampler's log-probs, as for every row."""
         for i in silent:
-            self.nll[rows.adapter[i]] -= sum(rows.sampler_logprobs[i])
+            if rows.sampled[i]:
+                self.nll[rows.adapter[i]] -= sum(rows.sampler_logprobs[i])
 
     def report(self, rows: _Rows, skipped: list[str], batches: list[_Microbatch]) -> dict[str, Any]:
         tokens: dict[str, int] = defaultdict(int)
+        sampled: dict[str, int] = defaultdict(int)  # tokens the policy sampled: the entropy's denominator
         count: dict[str, int] = defaultdict(int)
         adv: dict[str, float] = defaultdict(float)
         bonus: dict[str, float] = defaultdict(float)
-        for name, m, a, e in zip(rows.adapter, rows.completion_len, rows.advantage, rows.entropy_coef):
+        for name, m, a, e, own in zip(rows.adapter, rows.completion_len, rows.advantage, rows.entropy_coef,
+                                      rows.sampled):
             tokens[name] += m
+            sampled[name] += m if own else 0
             count[name] += 1
             adv[name] += a
             bonus[name] = max(bonus[name], e)
@@ -762,7 +781,7 @@ class _Stats:
                 # the sampled tokens' mean -log p: a Monte-Carlo estimate of the policy's
                 # per-token entropy at its sampling temperature; a student whose answers
                 # collapse onto one way of writing them (falling pass@k) shows it here first
-                "entropy": _finite(self.nll[name] / n),
+                "entropy": _finite(self.nll[name] / sampled[name]) if sampled[name] else None,
                 "grad_norm": _finite(self.grad_norm.get(name)),
                 "entropy_coef": bonus[name],  # the bonus on its answers' entropy this step (0: a teacher)
                 "tokens": n,

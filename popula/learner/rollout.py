@@ -29,6 +29,11 @@ class Rollout:
 
     `temperature` is the one the sampler drew with: its log-probabilities are those of
     softmax(logits / temperature), and the trainer computes the same tempered policy.
+
+    A `demonstration` is a completion the adapter did not sample (a task's known answer,
+    `learner.student_demonstrations`): the learner takes its log-probs as its own under the
+    current weights (its `sampler_logprobs` are not read), so its ratio and importance weight
+    start at 1, and leaves it out of the answers' entropy it measures and steers.
     """
 
     adapter: str
@@ -42,6 +47,7 @@ class Rollout:
     reward: float | None = None
     advantage: float | None = None
     temperature: float = 1.0
+    demonstration: bool = False
 
     def check(self, index: int) -> None:
         """Refuse a malformed rollout, naming it (its position in the batch and adapter)."""

@@ -380,12 +380,13 @@ class PopulationRun:
                                    completion_ids=p.sample.token_ids, sampler_logprobs=p.sample.logprobs,
                                    adapter_version=p.adapter.version, reward=p.reward,
                                    temperature=g.proposal_temperature))
-        for a in game.attempts:
+        for a, shown in [(a, False) for a in game.attempts] + [(a, True) for a in game.demonstrations]:
             p = game.proposals[a.proposal]
             samples.append(Rollout(adapter=self.roster.adapter_of[a.student], role="student", task_type=p.task_type,
                                    group=f"student:{a.proposal}:{a.student}", prompt_ids=a.prompt_ids,
                                    completion_ids=a.sample.token_ids, sampler_logprobs=a.sample.logprobs,
-                                   adapter_version=a.adapter.version, reward=a.reward, temperature=g.temperature))
+                                   adapter_version=a.adapter.version, reward=a.reward, temperature=g.temperature,
+                                   demonstration=shown))
         return samples
 
     def _add_to_buffer(self, step: int, game: StepGame) -> None:

@@ -3,7 +3,9 @@
 This module plays; it does not learn. It turns the step's matches into `Proposal`s (one
 per teacher completion) and `Attempt`s (one per student rollout), each carrying the
 sampler's token ids, log-probabilities and adapter version for the learner, and the
-verifier's verdict and reward. Rewards come from `popula.rewards` only.
+verifier's verdict and reward; with `learner.student_demonstrations`, also one demonstration
+(the task's known answer, written as a perfect student would) for each group no rollout
+solved. Rewards come from `popula.rewards` only.
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class StepGame:
     verified: int = 0
     resampled: int = 0  # (task, student) groups answered again (PlaySettings.resample_rollouts)
     checked: int = 0  # (task, other student) groups asked whether a task is solvable (solvable_by)
+    # the known answers shown to groups no rollout solved (learner.student_demonstrations): trained
+    # on with their group, never counted in a solve rate, a teacher's reward or the league
+    demonstrations: list[Attempt] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +130,7 @@ class PlaySettings:
     unsolved_task_reward: float = UNSOLVED_TASK_REWARD  # rewards.unsolved_task: what a task no rollout solves pays
     solvable_by: str = "matched"  # rewards.solvable_by: who may show a task solvable
     seed_references: int = 0  # tasks.seed_references: references drawn from the seed tasks
+    demonstrations: bool = False  # learner.student_demonstrations: an unsolved group is shown the known answer
     context: int | None = None  # tokens (prompt + completion) a request may hold; None: unlimited
 
     @classmethod
@@ -140,7 +146,8 @@ class PlaySettings:
                    novelty_penalty=rewards.novelty_penalty, refuse_trivial=rewards.refuse_trivial,
                    blind_task_cap=rewards.blind_task_cap, solved_task_reward=rewards.solved_task,
                    unsolved_task_reward=rewards.unsolved_task,
-                   solvable_by=rewards.solvable_by, context=context)
+                   solvable_by=rewards.solvable_by, demonstrations=cfg.learner.student_demonstrations,
+                   context=context)
 
 
 class SelfPlay:
@@ -238,7 +245,36 @@ class SelfPlay:
             _cap_blind(game, s.blind_task_cap)
         if s.novelty_window > 0:
             _share(game, buffer, s.novelty_window, s.novelty_penalty, s.invalid_task_reward)
+        if s.demonstrations:
+            game.demonstrations = self._demonstrate(game, adapters)
         return game
+
+    def _demonstrate(self, game: StepGame, adapters: dict[str, AdapterRef]) -> list[Attempt]:
+        """For each (valid task, matched student) group no rollout solved, the task's known answer as
+        that student's completion (the kind's `corpus_answer`, in the format's `answer_completion`,
+        then the stop token), judged right. One longer than a student may write is left out: the
+        student could never have answered it."""
+        solved: dict[tuple[int, str], bool] = {}
+        prompt_of: dict[tuple[int, str], list[int]] = {}
+        for a in game.attempts:
+            if not a.check:
+                key = (a.proposal, a.student)
+                solved[key] = solved.get(key, False) or bool(a.correct)
+                prompt_of[key] = a.prompt_ids
+        shown = []
+        for (i, student), any_right in solved.items():
+            task = game.proposals[i].task
+            if any_right or not game.proposals[i].valid:
+                continue
+            answer = get_kind(task.type).corpus_answer(task)
+            text = self.fmt.answer_completion(task, answer)
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + self.stop_ids[:1]
+            if len(ids) > self.settings.student_max_tokens:
+                continue
+            sample = Sample(token_ids=ids, text=text, logprobs=[0.0] * len(ids), finish_reason="stop")
+            shown.append(Attempt(student, i, prompt_of[(i, student)], sample, adapters[student], answer,
+                                 correct=True, reward=student_reward(True, True)))
+        return shown
 
     def _answer(self, game: StepGame, jobs: list[tuple[int, str]], prompt_of: dict[int, list[int]],
                 adapters: dict[str, AdapterRef], n: int, seed: int, step: int, *, first_index: int,

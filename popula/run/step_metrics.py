@@ -96,6 +96,8 @@ def step_row(step: int, game: StepGame, learn: dict[str, Any], evolved: list[dic
         # advantage (GRPO); `resampled_groups` were answered again for it (dynamic sampling)
         "signal_groups": _mean([float(len(set(r)) > 1) for r in group_rewards(attempts).values()]),
         "resampled_groups": game.resampled,
+        # groups no rollout solved that were shown the task's known answer (learner.student_demonstrations)
+        "demonstrations": len(game.demonstrations),
         # rewards.solvable_by: population: (task, other student) groups asked whether a task its
         # matched students never solved is solvable, and the tasks one of them solved
         "checked_groups": game.checked,
