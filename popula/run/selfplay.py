@@ -246,34 +246,29 @@ class SelfPlay:
         if s.novelty_window > 0:
             _share(game, buffer, s.novelty_window, s.novelty_penalty, s.invalid_task_reward)
         if s.demonstrations:
-            game.demonstrations = self._demonstrate(game, adapters)
+            game.demonstrations = self._demonstrate(game, prompt_of, adapters)
         return game
 
-    def _demonstrate(self, game: StepGame, adapters: dict[str, AdapterRef]) -> list[Attempt]:
-        """For each (valid task, matched student) group no rollout solved, the task's known answer as
-        that student's completion (the kind's `corpus_answer`, in the format's `answer_completion`,
-        then the stop token), judged right. One longer than a student may write is left out: the
-        student could never have answered it."""
-        solved: dict[tuple[int, str], bool] = {}
-        prompt_of: dict[tuple[int, str], list[int]] = {}
-        for a in game.attempts:
-            if not a.check:
-                key = (a.proposal, a.student)
-                solved[key] = solved.get(key, False) or bool(a.correct)
-                prompt_of[key] = a.prompt_ids
+    def _demonstrate(self, game: StepGame, prompt_of: dict[int, list[int]],
+                     adapters: dict[str, AdapterRef]) -> list[Attempt]:
+        """For each (valid task, matched student) group no rollout solved (a solve rate of 0 in
+        `Proposal.rhos`), the task's known answer as that student's completion (the kind's
+        `corpus_answer`, in the format's `answer_completion`, then the stop token), judged right.
+        One longer than a student may write is left out: the student could never have answered it."""
         shown = []
-        for (i, student), any_right in solved.items():
-            task = game.proposals[i].task
-            if any_right or not game.proposals[i].valid:
+        for i, p in enumerate(game.proposals):
+            unsolved = [student for student, rho in p.rhos.items() if rho == 0] if p.valid else []
+            if not unsolved:
                 continue
-            answer = get_kind(task.type).corpus_answer(task)
-            text = self.fmt.answer_completion(task, answer)
+            answer = get_kind(p.task.type).corpus_answer(p.task)
+            text = self.fmt.answer_completion(p.task, answer)
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + self.stop_ids[:1]
             if len(ids) > self.settings.student_max_tokens:
                 continue
-            sample = Sample(token_ids=ids, text=text, logprobs=[0.0] * len(ids), finish_reason="stop")
-            shown.append(Attempt(student, i, prompt_of[(i, student)], sample, adapters[student], answer,
-                                 correct=True, reward=student_reward(True, True)))
+            for student in unsolved:
+                sample = Sample(token_ids=ids, text=text, logprobs=[0.0] * len(ids), finish_reason="stop")
+                shown.append(Attempt(student, i, prompt_of[i], sample, adapters[student], answer,
+                                     correct=True, reward=student_reward(True, True)))
         return shown
 
     def _answer(self, game: StepGame, jobs: list[tuple[int, str]], prompt_of: dict[int, list[int]],
