@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from radon.complexity import cc_visit
 from radon.raw import analyze
 
+from popula.syntax import parse
+
 
 @dataclass(frozen=True)
 class Complexity:
@@ -38,7 +40,7 @@ class Complexity:
 
 def measure(program: str) -> Complexity:
     """Measure a program; raises SyntaxError if it does not parse (validate first)."""
-    tree = ast.parse(program)
+    tree = parse(program)
     return Complexity(
         ast_depth=_depth(tree),
         cyclomatic=sum(_block_complexity(block) for block in cc_visit(program)),
@@ -50,13 +52,13 @@ def measure(program: str) -> Complexity:
 def ast_depth(program: str) -> int:
     """The AST depth alone, without radon's passes: what a program the executor rejected is
     measured by. Raises SyntaxError (or ValueError for a null byte) if it does not parse."""
-    return _depth(ast.parse(program))
+    return _depth(parse(program))
 
 
 def is_multiline(program: str) -> bool:
     """More than one line of code in the function body: radon's sloc (no blank or comment-only
     lines) above 2, the `def` line and one body line. Raises SyntaxError if it does not parse."""
-    ast.parse(program)
+    parse(program)
     return analyze(program).sloc > 2
 
 
@@ -84,7 +86,7 @@ def ignores_input(program: str) -> bool:
     called blind when no execution could depend on its input. A program without `f` is not blind
     (the sandbox rejects it). Raises SyntaxError (or ValueError for a null byte) if it does not parse.
     """
-    tree = ast.parse(program)
+    tree = parse(program)
     entry = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "f"]
     if not entry:
         return False

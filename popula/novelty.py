@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 
+from popula.syntax import parse
+
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -58,7 +60,7 @@ class _Canonical(ast.NodeTransformer):
 def program_form(program: str) -> str:
     """A short digest of the program's form; a program that does not parse is its own form."""
     try:
-        tree = _Canonical().visit(ast.parse(program))
+        tree = _Canonical().visit(parse(program))
         text = ast.dump(tree, annotate_fields=False)
     except (SyntaxError, ValueError, RecursionError):
         text = "unparsed:" + program

@@ -1,8 +1,11 @@
 """Complexity measures must rise with program complexity, the signal of a live curriculum."""
 
+import warnings
+
 import pytest
 
 from popula.complexity import ast_depth, ignores_input, is_multiline, measure, written_multiline
+from popula.novelty import program_form
 
 TRIVIAL = "def f(x):\n    return x\n"
 
@@ -104,3 +107,13 @@ def test_a_program_whose_f_never_reads_its_parameters_ignores_its_input(program)
 ])
 def test_a_program_that_may_read_its_input_is_not_called_blind(program):
     assert not ignores_input(program)
+
+
+@pytest.mark.parametrize("program", ["def f(x):\n    return 1if x else 2", "def f(x):\n    return 0x1or x"])
+def test_measuring_a_program_prints_no_syntax_warning(program):
+    """A small model writes these by the dozen; their warnings used to reach the run's console."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ast_depth(program) >= 2
+        program_form(program)
+    assert [str(w.message) for w in caught] == []
