@@ -156,6 +156,15 @@ class LearnerConfig(_Section):
 
     lr: float = Field(2e-3, gt=0, description="AdamW learning rate (on the tiny base 2e-4 moves nothing in 120 "
                                                "steps, 6e-3 halves held-out pass@4: docs/results/learning)")
+    lr_decay: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="the rate over the run: lr throughout (constant), or from lr at step 1 to lr_final at "
+                                "run.steps along a line (linear) or a half cosine (cosine), lr_final after it. A "
+                                "function of the step and run.steps, so a resumed or branched run stays on its "
+                                "curve (one resumed with more --steps follows the longer curve from its step on: "
+                                "popula.learner.schedule). metrics.jsonl's `lr` is each step's"
+    )
+    lr_final: float | None = Field(None, gt=0, description="the rate a decay ends at, at run.steps (needs lr_decay "
+                                                            "linear or cosine)")
     weight_decay: float = Field(0.0, ge=0)
     epochs: int = Field(1, ge=1, description="optimisation passes over each step's samples")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip: lower bound 1 - clip_eps")
@@ -253,6 +262,15 @@ class LearnerConfig(_Section):
             raise ValueError("student_target_entropy steers the entropy coefficient from student_entropy_coef, "
                              "which must then be > 0 (e.g. 0.01), at least student_entropy_coef_min and at most "
                              "student_entropy_coef_max")
+        return self
+
+    @model_validator(mode="after")
+    def _decay_has_an_end(self) -> "LearnerConfig":
+        if self.lr_decay != "constant" and self.lr_final is None:
+            raise ValueError(f"lr_decay {self.lr_decay} needs lr_final, the rate it ends at on run.steps (e.g. "
+                             f"lr_final: {self.lr / 2:g})")
+        if self.lr_decay == "constant" and self.lr_final is not None:
+            raise ValueError("lr_final is the end of a decay: set lr_decay to linear or cosine, or drop lr_final")
         return self
 
     def kl_coef_for(self, role: str) -> float:

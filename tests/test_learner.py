@@ -225,6 +225,21 @@ def test_each_adapter_updates_as_if_trained_alone_with_its_own_optimiser():
     assert not torch.equal(moments_a, moments_b)
 
 
+def test_a_step_at_a_given_rate_is_the_step_of_a_learner_built_at_that_rate():
+    """A schedule's rate (`step(lr=...)`) is this step's alone: the next step without one is at `learner.lr`."""
+    rollouts = random_rollouts(["A", "B"], 8, seed=4)
+    scheduled, built_at_it = make_learner(["A", "B"]), make_learner(["A", "B"], plain_learner(lr=3e-3))
+    plain = make_learner(["A", "B"])
+    scheduled.step(rollouts, lr=3e-3)
+    built_at_it.step(rollouts)
+    plain.step(rollouts)
+    assert same(weights(scheduled, "A"), weights(built_at_it, "A"), atol=1e-7)
+    assert not same(weights(scheduled, "A"), weights(plain, "A"), atol=1e-5)
+    scheduled.step(rollouts)
+    built_at_it.step(rollouts, lr=1e-2)
+    assert same(weights(scheduled, "B"), weights(built_at_it, "B"), atol=1e-7)
+
+
 def _with_rewards(rollouts: list[Rollout], rewards: dict[str, list[float]]) -> list[Rollout]:
     """The rollouts with each group's rewards replaced, in order, by `rewards[group]`."""
     seen: dict[str, int] = {}

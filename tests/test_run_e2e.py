@@ -111,6 +111,13 @@ def test_teachers_sampled_at_their_own_temperature_are_trained_at_it(base, tmp_p
     assert row["logprob_gap_max"] <= 1e-4
 
 
+def test_a_decaying_rate_is_each_steps_own_and_logged(base, tmp_path):
+    out = tmp_path / "run"
+    assert main(args(base, out, 3, "--set=learner.lr=2e-3", "--set=learner.lr_decay=linear",
+                     "--set=learner.lr_final=1e-3")) == 0
+    assert [r["lr"] for r in read_metrics(out / "metrics.jsonl")] == pytest.approx([2e-3, 1.5e-3, 1e-3])
+
+
 def test_a_run_killed_mid_step_resumes_from_its_last_checkpoint(base, tmp_path):
     out = tmp_path / "run"
     # far more steps than it can finish before the kill; checkpoints keep only the newest two,

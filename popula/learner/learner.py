@@ -281,8 +281,9 @@ class PopulationLearner:
 
     # -- training ------------------------------------------------------------------------------
 
-    def step(self, rollouts: Sequence[Rollout]) -> dict[str, Any]:
-        """One policy-gradient update of every adapter that has rollouts here.
+    def step(self, rollouts: Sequence[Rollout], *, lr: float | None = None) -> dict[str, Any]:
+        """One policy-gradient update of every adapter that has rollouts here, at AdamW rate `lr`
+        (a run's schedule gives it: popula.learner.schedule; None: `learner.lr`).
 
         Returns metrics: totals (`tokens`, `rows`, `microbatches`, `loss`, `logprob_gap`,
         `logprob_gap_max` (the largest of the adapters' gaps: one adapter served with the
@@ -325,7 +326,7 @@ class PopulationLearner:
             # Only the adapters updated here keep a gradient (the one step leaves the rest alone):
             # the LoRA kernel may give every slot a zero gradient, skipped adapters' are partial.
             self._zero_grad([n for n in self.adapters if n not in training or n in skipped])
-            self._optimizer.step()
+            self._optimizer.step(lr)
             for name in training:
                 if name not in skipped:
                     self._updates[name] += 1

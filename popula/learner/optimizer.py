@@ -83,6 +83,9 @@ class PopulationOptimizer:
                     torch._foreach_mul_(gs, coef[i])
         return dict(zip(grads, totals.tolist()))  # one device sync for every group
 
-    def step(self) -> None:
-        """One AdamW update of every parameter that has a gradient."""
+    def step(self, lr: float | None = None) -> None:
+        """One AdamW update of every parameter that has a gradient, at rate `lr` (None: the
+        rate it was built with). The rate is this step's alone: the next step names its own."""
+        for group in self._adamw.param_groups:
+            group["lr"] = self.lr if lr is None else lr
         self._adamw.step()

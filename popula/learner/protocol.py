@@ -41,8 +41,9 @@ class Learner(Protocol):
         """A copy of `name`'s AdamW state."""
         ...
 
-    def step(self, rollouts: Sequence[Rollout]) -> dict[str, Any]:
-        """One update of every adapter with rollouts here; returns the step's metrics."""
+    def step(self, rollouts: Sequence[Rollout], *, lr: float | None = None) -> dict[str, Any]:
+        """One update of every adapter with rollouts here at rate `lr` (None: the config's);
+        returns the step's metrics."""
         ...
 
     def state_dict(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from popula.errors import PopulaError
 from popula.eval.heldout import HeldoutProbe, TaskProbe
 from popula.league import League, LeagueConfig, Role
 from popula.learner import Rollout
+from popula.learner.schedule import learning_rate
 from popula.metric_sinks import SinkContext, check_sinks, open_sinks
 from popula.model.base import resolve_base_model
 from popula.run import arithmetic
@@ -320,7 +321,8 @@ class PopulationRun:
         """The second half of a step: update every adapter, rate the matches, evolve, measure."""
         step, matches, game, start, play_s = played.step, played.matches, played.game, played.start, played.play_s
         t0 = time.perf_counter()
-        learn = self.learner.step(self._training_samples(game))
+        lr = learning_rate(self.cfg.learner, step, self.cfg.run.steps)
+        learn = self.learner.step(self._training_samples(game), lr=lr)
         self.store.flush()  # the last step's background saves: a failed write stops the run here
         for adapter in self.roster.adapters:
             self._publish(adapter)
@@ -346,6 +348,7 @@ class PopulationRun:
             phases["heldout_s"] = time.perf_counter() - t0
         row = step_row(step, game, learn, evolved, wall_s=time.perf_counter() - start, phases=phases,
                        matches=records, retention=retention, heldout=heldout)
+        row["lr"] = lr
         if selection is not None:
             row["selection"] = {"tasks": len(self.selection.tasks), "samples": self.selection.settings.samples,
                                 "students": selection}
