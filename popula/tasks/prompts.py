@@ -31,7 +31,6 @@ from typing import Any, Protocol, Sequence
 from popula.errors import PopulaError
 from popula.kinds import AnswerForm, TaskKind, get_kind
 from popula.records import TaskRecord
-from popula.syntax import parse
 
 K_REFERENCES = 6  # reference tasks a teacher sees (as in Absolute Zero)
 COMPACT_EOS = "<|end|>"  # the tiny tokenizer's end-of-sequence token
@@ -356,8 +355,10 @@ def _leading_def(text: str) -> str | None:
 
 
 def _compiles(source: str, mode: str) -> bool:
+    import ast
+
     try:
-        parse(source, mode=mode)
+        ast.parse(source, mode=mode)
     except (SyntaxError, ValueError):
         return False
     return True
