@@ -12,8 +12,8 @@ import ast
 import warnings
 
 
-def parse(source: str, mode: str = "exec") -> ast.AST:
-    """`ast.parse(source, mode=mode)`, SyntaxWarnings silenced; raises as it does."""
+def parse(source: str) -> ast.Module:
+    """`ast.parse(source)`, SyntaxWarnings silenced; raises as it does."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
-        return ast.parse(source, mode=mode)
+        return ast.parse(source)

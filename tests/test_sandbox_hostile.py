@@ -21,6 +21,8 @@ from popula.tasks.generator import generate_tasks
 LIMITS = Limits(cpu_s=1, wall_s=0.6, memory_mb=256)
 CANARY = Path("/tmp/popula-sandbox-canary")
 
+NESTS_N_DEEP = "def f(n):\n    a = []\n    for _ in range(n):\n        a = [a]\n    return a"
+
 # (name, program, input, accepted reasons)
 HOSTILE = [
     ("infinite_loop", "def f(x):\n    while True:\n        pass", "0", {"timeout"}),
@@ -57,10 +59,10 @@ HOSTILE = [
     ("huge_int_output", "def f(n):\n    return 10 ** n", "100000", {"output_too_large"}),
     ("print_flood_forever", "def f(x):\n    while True:\n        print('spam' * 100)", "0", {"timeout"}),
     ("deep_recursion", "def f(n):\n    return f(n + 1) + 1", "0", {"runtime_error"}),
-    ("deeply_nested_output", "def f(n):\n    a = []\n    for _ in range(n):\n        a = [a]\n    return a", "5000", {"unrepresentable"}),
+    ("deeply_nested_output", NESTS_N_DEEP, "5000", {"unrepresentable"}),
     # 100000 deep takes about 0.5 s of the 0.6 s wall to build, walk and free: on a loaded host
     # the clock may judge it first; either way the task is invalid and the worker lives
-    ("deeply_nested_output_huge", "def f(n):\n    a = []\n    for _ in range(n):\n        a = [a]\n    return a", "100000", {"unrepresentable", "timeout"}),
+    ("deeply_nested_output_huge", NESTS_N_DEEP, "100000", {"unrepresentable", "timeout"}),
     ("sys_exit", "import sys\ndef f(x):\n    sys.exit(3)", "0", {"forbidden"}),
     ("os_exit", "import os\ndef f(x):\n    os._exit(3)", "0", {"forbidden"}),
     ("exit_builtin", "def f(x):\n    exit(3)", "0", {"forbidden"}),
