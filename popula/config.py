@@ -162,8 +162,8 @@ class LearnerConfig(_Section):
                                 "function of the step and run.steps, so a resumed or branched run stays on its "
                                 "curve (one resumed with more --steps follows the longer curve from its step on: "
                                 "popula.learner.schedule). metrics.jsonl's `lr` is each step's. On SmolLM2 a cosine "
-                                "from 4e-4 to 2e-4 did not beat a constant 2e-4 on one seed (rung AC, "
-                                "docs/results/smollm2-ladder)"
+                                "from 4e-4 to 2e-4 scored level with a constant 2e-4 over two seeds (rungs AC "
+                                "and AE, docs/results/smollm2-ladder)"
     )
     lr_final: float | None = Field(None, gt=0, description="the rate a decay ends at, at run.steps (needs lr_decay "
                                                             "linear or cosine)")
