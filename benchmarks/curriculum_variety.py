@@ -1,6 +1,7 @@
 """How varied is a run's curriculum? Program forms and line counts of its valid tasks over steps.
 
     python3 benchmarks/curriculum_variety.py RUN_DIR [RUN_DIR ...] [--windows 1-20 21-60 61-120]
+        [--reference TASKS.jsonl]
 
 Reads each run's task log (RUN_DIR/tasks.jsonl: every valid task with the step it was posed)
 and reports, per window of steps and as the mean over the runs given:
@@ -13,8 +14,11 @@ and reports, per window of steps and as the mean over the runs given:
 - `depth`: their mean AST depth.
 
 A self-play curriculum that narrows onto a few one-line programs shows here even where its
-depth does not (docs/results/learning, section 20). Give runs of one setting at a time: the
-means pool them. Last line: {"windows": {"A-B": {"distinct", "repeated", "multiline", "depth"}}, "runs"}
+depth does not (docs/results/learning, section 20). `--reference` adds the multiline share and
+depth of a task file, e.g. the held-out set from `popula tasks`: how far the curriculum sits
+from the tasks its students are scored on. Give runs of one setting at a time: the means pool
+them. Last line: {"windows": {"A-B": {"distinct", "repeated", "multiline", "depth"}}, "runs"[,
+"reference": {"tasks", "multiline", "depth"}]}
 """
 
 from __future__ import annotations
@@ -73,12 +77,32 @@ def run_figures(run_dir: Path, windows: list[tuple[int, int]]) -> dict[str, dict
             for lo, hi in windows}
 
 
+def reference_figures(tasks: Path) -> dict[str, float]:
+    """Multiline share and mean AST depth of a task file's programs (`popula tasks` writes one)."""
+    if not tasks.is_file():
+        raise SystemExit(f"{tasks}: no such task file")
+    programs: list[str] = []
+    for lineno, line in enumerate(tasks.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                programs.append(json.loads(line)["program"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise SystemExit(f"{tasks}:{lineno}: not a task record with a program") from None
+    if not programs:
+        raise SystemExit(f"{tasks}: no tasks")
+    return {"tasks": len(programs), "multiline": round(statistics.fmean(map(is_multiline, programs)), 4),
+            "depth": round(statistics.fmean(map(ast_depth, programs)), 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR")
     parser.add_argument("--windows", type=_window, nargs="+", default=[(1, 20), (21, 60), (61, 120)],
                         metavar="FIRST-LAST", help="step windows (default: 1-20 21-60 61-120)")
+    parser.add_argument("--reference", type=Path, metavar="TASKS.jsonl",
+                        help="also report a task file's multiline share and depth (e.g. the held-out set)")
     args = parser.parse_args()
+    reference = reference_figures(args.reference) if args.reference else None
     per_run = {str(d): run_figures(d, args.windows) for d in args.runs}
     pooled: dict[str, dict[str, float | None]] = {}
     for name in per_run[str(args.runs[0])]:
@@ -93,7 +117,10 @@ def main() -> None:
         for name, f in figures.items():
             print(f"{run[-44:]:44s} {name:>8s} {cell(f['distinct']):>9s} {cell(f['repeated']):>9s} "
                   f"{cell(f['multiline']):>9s} {cell(f['depth']):>6s}")
-    print(json.dumps({"windows": pooled, "runs": len(per_run)}))
+    if reference:
+        print(f"{'reference ' + str(args.reference)[-34:]:44s} {'-':>8s} {'-':>9s} {'-':>9s} "
+              f"{reference['multiline']:>9.2f} {reference['depth']:>6.2f}")
+    print(json.dumps({"windows": pooled, "runs": len(per_run), **({"reference": reference} if reference else {})}))
 
 
 if __name__ == "__main__":
