@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popula.complexity import ast_depth, is_multiline  # noqa: E402
 from popula.exits import run_script  # noqa: E402
 from popula.novelty import distinct_form_rate, program_form  # noqa: E402
+from popula.records import read_records  # noqa: E402
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -79,17 +80,7 @@ def run_figures(run_dir: Path, windows: list[tuple[int, int]]) -> dict[str, dict
 
 def reference_figures(tasks: Path) -> dict[str, float]:
     """Multiline share and mean AST depth of a task file's programs (`popula tasks` writes one)."""
-    if not tasks.is_file():
-        raise SystemExit(f"{tasks}: no such task file")
-    programs: list[str] = []
-    for lineno, line in enumerate(tasks.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                programs.append(json.loads(line)["program"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise SystemExit(f"{tasks}:{lineno}: not a task record with a program") from None
-    if not programs:
-        raise SystemExit(f"{tasks}: no tasks")
+    programs = [record.program for record in read_records(tasks)]
     return {"tasks": len(programs), "multiline": round(statistics.fmean(map(is_multiline, programs)), 4),
             "depth": round(statistics.fmean(map(ast_depth, programs)), 4)}
 

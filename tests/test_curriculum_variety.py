@@ -47,11 +47,12 @@ def test_a_window_without_tasks_reports_none_and_bad_input_says_what_is_wrong(tm
 def test_a_reference_task_file_reports_the_distribution_the_students_are_scored_on(tmp_path):
     run = write_run(tmp_path / "run", {1: [ONE]})
     tasks = tmp_path / "heldout.jsonl"
-    tasks.write_text("".join(json.dumps({"type": "code_o", "program": p}) + "\n" for p in (ONE, LOOP, LOOP)))
+    tasks.write_text("".join(json.dumps({"id": f"h{i}", "type": "code_o", "program": p, "inputs": ["[1]"]}) + "\n"
+                             for i, p in enumerate((ONE, LOOP, LOOP))))
     got = figures(str(run), "--reference", str(tasks))
     assert got["reference"] == {"tasks": 3, "multiline": round(2 / 3, 4),
                                 "depth": round((ast_depth(ONE) + 2 * ast_depth(LOOP)) / 3, 4)}
     assert "reference" not in figures(str(run))
     tasks.write_text("not json\n")
     bad = subprocess.run([sys.executable, str(SCRIPT), str(run), "--reference", str(tasks)], capture_output=True, text=True)
-    assert bad.returncode != 0 and "heldout.jsonl:1: not a task record" in bad.stderr
+    assert bad.returncode != 0 and "heldout.jsonl:1: not valid JSON" in bad.stderr
