@@ -1,7 +1,7 @@
 """What the teachers' sampling temperature does to the bare base's proposals, one-line and multi-line.
 
-    python3 benchmarks/proposal_temperature.py [--model tiny|DIR] [--temperatures 1.0 0.85 0.7]
-                                               [--proposals 60] [--seed 1]
+    python3 benchmarks/proposal_temperature.py [--model tiny|DIR|SPEC] [--temperatures 1.0 0.85 0.7]
+                                               [--proposals 60] [--references 6] [--seed 1]
 
 Why: a self-play curriculum keeps multi-line programs only if the base writes them validly, and the
 teacher reward's -1 for an invalid task prices out whatever is often broken. A model of a few
@@ -9,8 +9,9 @@ million parameters sampled at temperature 1 drops stray tokens into its programs
 unmatched parenthesis); the longer the program, the likelier one is, so the temperature sets how
 much more often multi-line programs are rejected than one-liners.
 
-For each temperature the base proposes `--proposals` tasks per task type from K=6 one-line
-references and as many from multi-line ones (generated tasks from a namespace that neither the
+For each temperature the base proposes `--proposals` tasks per task type from `--references`
+one-line references (default K=6, the tiny base's prompt; configs/smollm2-cpu.yaml shows 2) and as
+many from multi-line ones (generated tasks from a namespace that neither the
 held-out tasks nor the base's corpus use), and the sandbox judges every proposal. A proposal counts
 as multi-line by `written_multiline` (`is_multiline`, or, for a program that does not parse, its body lines):
 a syntax error is the commonest way a long program fails, and counting only parsed programs would
@@ -19,7 +20,7 @@ acceptance of one-line and of multi-line ones, the valid multi-line tasks per pr
 rejection reasons by kind.
 
 Last line: {"temperatures": {"1.0": {"valid_rate", "multiline_share", "valid_oneline", "valid_multiline",
-"valid_multiline_per_proposal", "reasons": {"oneline": {...}, "multiline": {...}}}, ...}, "proposals", "model"}
+"valid_multiline_per_proposal", "reasons": {"oneline": {...}, "multiline": {...}}}, ...}, "proposals", "references", "model"}
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ configure_waits()  # before torch loads
 import torch  # noqa: E402
 
 from popula.complexity import is_multiline, written_multiline  # noqa: E402
+from popula.tasks.prompts import K_REFERENCES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_base import sample  # noqa: E402
@@ -83,17 +85,21 @@ def main() -> None:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.85, 0.7])
     parser.add_argument("--proposals", type=int, default=60,
                         help="proposals per task type and reference kind (one-line, multi-line) at each temperature")
+    parser.add_argument("--references", type=int, default=K_REFERENCES,
+                        help=f"references in each teacher prompt (default {K_REFERENCES}; match the config's tasks.references)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if any(t <= 0 for t in args.temperatures):
         parser.error("temperatures must be positive: a teacher is trained on what it samples")
+    if args.references < 1:
+        parser.error("--references must be at least 1: a teacher prompt shows examples of the type")
     torch.set_num_threads(2)
 
     from popula.model.base import load_base
     from popula.kinds import task_types
     from popula.sandbox import Sandbox
     from popula.tasks.generator import HELDOUT_NAMESPACE, generate_tasks
-    from popula.tasks.prompts import K_REFERENCES, prompt_format
+    from popula.tasks.prompts import prompt_format
 
     model, tokenizer = load_base(args.model)
     fmt = prompt_format(tokenizer)
@@ -109,7 +115,7 @@ def main() -> None:
             judged: list[Judged] = []
             for multi_refs in (False, True):
                 for t in task_types():
-                    picks = [rng.sample(pools[multi_refs, t], K_REFERENCES) for _ in range(args.proposals)]
+                    picks = [rng.sample(pools[multi_refs, t], args.references) for _ in range(args.proposals)]
                     texts = sample(model, tokenizer, [fmt.teacher_prompt(t, p) for p in picks],
                                    temperature=temperature, max_new_tokens=192)
                     proposals = [fmt.parse_proposal(x, t) for x in texts]
@@ -131,7 +137,8 @@ def main() -> None:
         print(f"rejections at {name}: one-line {f['reasons']['oneline']}, multi-line {f['reasons']['multiline']}, "
               f"unparsed {f['unparsed']}")
     print(f"{len(args.temperatures) * 2 * len(task_types()) * args.proposals} proposals in {time.monotonic() - start:.0f} s")
-    print(json.dumps({"model": args.model, "proposals": args.proposals, "seed": args.seed, "temperatures": figures}))
+    print(json.dumps({"model": args.model, "proposals": args.proposals, "references": args.references, "seed": args.seed,
+                      "temperatures": figures}))
 
 
 if __name__ == "__main__":

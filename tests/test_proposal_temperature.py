@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,3 +38,10 @@ def test_the_summary_separates_acceptance_by_kind_and_counts_unparsed_proposals_
 def test_a_kind_never_proposed_has_no_acceptance_rate(bench):
     got = bench.summarize([bench.Judged(True, False, True, None)])
     assert got["valid_multiline"] is None and got["multiline_share"] == 0.0
+
+
+def test_a_prompt_without_references_is_refused_before_any_model_loads():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--references", "0", "--model", "/nonexistent"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "--references must be at least 1" in out.stderr.strip().splitlines()[-1]
