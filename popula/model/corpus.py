@@ -78,7 +78,8 @@ class ExampleSampler:
         self.teacher_types = tuple(self.student_mix)
         # Proposals lean to shorter programs (weight 1/lines**proposal_power): a small model
         # then proposes mostly programs it can write without a slip, and self-play pushes
-        # complexity up.
+        # complexity up (the tiny base). SmolLM2's cold start inherits the lean and its teachers
+        # stay one-line through 90 steps of RL (docs/results/smollm2-ladder, rung AL's plan).
         lines = [t.program.count("\n") + 1 for t in pool]
         self.short_weights = [1.0 / n**proposal_power for n in lines]
         # Student answers lean harder (1/lines**short_power): a one-liner's output can be
