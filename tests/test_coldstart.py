@@ -7,6 +7,7 @@ the SmolLM2 figures are in docs/results/smollm2/.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from popula.errors import PopulaError
 from popula.model import registry
 from popula.model.base import resolve_base_model
 from popula.model.coldstart import ColdStartRecipe, build_coldstart, coldstart_path, ensure_coldstart
+from popula.model.recipe import corpus_digest
 from popula.model.registry import is_coldstart_spec
 from popula.tasks.prompts import declared_format
 
@@ -63,3 +65,17 @@ def test_only_registry_models_have_a_coldstart_spec():
     assert not is_coldstart_spec("tiny+coldstart") and not is_coldstart_spec("smollm2-135m")
     with pytest.raises(PopulaError, match="NAME\\+coldstart"):
         resolve_base_model("nosuch+coldstart")
+
+
+def test_a_field_added_to_the_recipe_keeps_existing_cache_names_at_its_default():
+    default = ColdStartRecipe()
+    before_the_field = {k: v for k, v in asdict(default).items() if k != "proposal_power"}
+    assert default.key() == corpus_digest(before_the_field, default.student_mix())
+    assert ColdStartRecipe(proposal_power=0.0).key() != default.key()
+
+
+def test_a_cold_start_without_the_short_lean_builds_and_records_it(quick_base, tmp_path):
+    recipe = ColdStartRecipe(**{**asdict(QUICK), "proposal_power": 0.0})
+    build_coldstart(quick_base, tmp_path / "model", recipe, source="tiny", progress=False)
+    marker = json.loads((tmp_path / "model" / registry.MODEL_MARKER).read_text())
+    assert marker["coldstart"]["recipe"]["proposal_power"] == 0.0

@@ -52,12 +52,24 @@ class ColdStartRecipe:
     max_references: int = 2  # as configs/smollm2-cpu.yaml's tasks.references
     teacher_share: float = 0.3
     kinds: tuple[str, ...] | None = None  # None: every default kind with a "coldstart" share (its share)
+    # teacher examples propose a pool program with weight 1/lines**proposal_power (0: as the pool
+    # holds them); 1.0 leans to one-liners, which SmolLM2's teachers then keep (docs/results/smollm2-ladder)
+    proposal_power: float = 1.0
 
     def student_mix(self) -> dict[str, float]:
         return corpus_mix("coldstart", self.kinds)
 
     def key(self) -> str:
-        return corpus_digest(asdict(self), self.student_mix())
+        settings = asdict(self)
+        # fields added after the first builds hash only away from their defaults: a cached model
+        # keeps its name when the recipe it was built with gains a field
+        for name, default in _LATER_FIELDS.items():
+            if settings[name] == default:
+                del settings[name]
+        return corpus_digest(settings, self.student_mix())
+
+
+_LATER_FIELDS = {"proposal_power": 1.0}
 
 
 def coldstart_path(name: str, recipe: ColdStartRecipe) -> Path:
@@ -95,7 +107,7 @@ def build_coldstart(base: Path, out: Path, recipe: ColdStartRecipe, *, source: s
     fmt = prompt_format(tokenizer)
     pool = build_pool(recipe.pool_tasks, recipe.seed, recipe.difficulty)
     sampler = ExampleSampler(pool, fmt, random.Random(recipe.seed), recipe.max_references, recipe.teacher_share,
-                             recipe.student_mix())
+                             recipe.student_mix(), proposal_power=recipe.proposal_power)
     # completions only: prompt tokens weigh 0 (the model should answer prompts, not write them)
     batches = PackedBatches(sampler.sample, tokenizer, recipe.seq_len, recipe.rows, prompt_weight=0.0)
     lora = LoraConfig(r=recipe.rank, lora_alpha=recipe.alpha, lora_dropout=0.0,
