@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import random
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +60,14 @@ class ColdStartRecipe:
         return corpus_mix("coldstart", self.kinds)
 
     def key(self) -> str:
-        settings = asdict(self)
         # fields added after the first builds hash only away from their defaults: a cached model
         # keeps its name when the recipe it was built with gains a field
-        for name, default in _LATER_FIELDS.items():
-            if settings[name] == default:
-                del settings[name]
+        defaults = {f.name: f.default for f in fields(self)}
+        settings = {k: v for k, v in asdict(self).items() if k not in _LATER_FIELDS or v != defaults[k]}
         return corpus_digest(settings, self.student_mix())
 
 
-_LATER_FIELDS = {"proposal_power": 1.0}
+_LATER_FIELDS = ("proposal_power",)
 
 
 def coldstart_path(name: str, recipe: ColdStartRecipe) -> Path:
